@@ -1,0 +1,3 @@
+from t2n.cli import main
+
+main()

@@ -1,0 +1,252 @@
+"""``t2n.export``: the public entry point, shaped like ``torch.onnx.export``."""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from . import dtypes
+from .builder import Graph, Tensor, safe_identifier
+from .capture import capture, load_torchscript
+from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck, compare
+from .errors import CheckFailedError, TractError, UsageError
+from .walker import Walker
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    shape: list
+    dtype: str
+
+    def __str__(self) -> str:
+        dims = "x".join(str(d) for d in self.shape) or "scalar"
+        return f"{self.name}: {dims} {self.dtype}"
+
+
+@dataclass
+class ExportResult:
+    """What an export produced, and how well tract matched PyTorch when checked."""
+
+    path: str
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    op_histogram: dict[str, int]
+    archive_bytes: int
+    export_seconds: float
+    checks: list[OutputCheck] | None = None
+    warnings: list[str] = field(default_factory=list)
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def op_count(self) -> int:
+        return sum(self.op_histogram.values())
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.checks is None else all(c.ok for c in self.checks)
+
+    def report(self) -> str:
+        lines = [f"exported {self.path} ({self.archive_bytes:,} bytes, {self.op_count} ops, "
+                 f"{self.export_seconds:.2f} s)"]
+        lines += ["  input  " + str(i) for i in self.inputs]
+        lines += ["  output " + str(o) for o in self.outputs]
+        top = sorted(self.op_histogram.items(), key=lambda kv: (-kv[1], kv[0]))
+        lines.append("  ops: " + ", ".join(f"{k} {v}" for k, v in top))
+        for w in self.warnings:
+            lines.append("  warning: " + w)
+        for line in self.extras.get("report_lines", []):
+            lines.append("  " + line)
+        if self.checks is not None:
+            lines.append("  check in tract: " + ("PASSED" if self.passed else "FAILED"))
+            lines += ["    " + c.line() for c in self.checks]
+        return "\n".join(lines)
+
+
+def _as_args(args) -> tuple:
+    if isinstance(args, torch.Tensor):
+        return (args,)
+    if isinstance(args, (list, tuple)):
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor):
+                raise UsageError(f"example input {i} is a {type(a).__name__}; t2n takes tensors")
+        return tuple(args)
+    raise UsageError(f"args must be a tensor or a tuple of tensors, not {type(args).__name__}")
+
+
+def _names(given, n: int, default: str, what: str) -> list[str]:
+    if given is None:
+        return [f"{default}_{i}" for i in range(n)]
+    given = list(given)
+    if len(given) != n:
+        raise UsageError(f"{len(given)} {what} name(s) given for {n} {what}(s)")
+    for name in given:
+        if not isinstance(name, str) or not safe_identifier(name):
+            raise UsageError(f"{what} name {name!r} is not a valid NNEF identifier "
+                             "(letters, digits, underscore; not starting with a digit, 'inf', "
+                             "'true', 'false' or 'nan')")
+    if len(set(given)) != len(given):
+        raise UsageError(f"{what} names must be unique: {given}")
+    return given
+
+
+def _load_model(model):
+    if isinstance(model, (str, os.PathLike)):
+        return load_torchscript(os.fspath(model))
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"model must be an nn.Module, a ScriptModule or a path, not "
+                         f"{type(model).__name__}")
+    return model
+
+
+def _symbols_for(dynamic_axes, input_names, args) -> dict:
+    """{input index: {axis: symbol name}} from ONNX-style ``dynamic_axes``."""
+    from . import dynamic
+
+    return dynamic.parse_dynamic_axes(dynamic_axes, input_names, args)
+
+
+def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None,
+           check: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+           **options) -> ExportResult:
+    """Export ``model`` run on ``args`` to the NNEF archive ``f`` for tract.
+
+    ``f`` ending in ``.tgz``/``.tar.gz`` gives a gzip tar, ``.tar`` a tar, anything else a
+    directory. With ``check=True`` the archive is run in tract (in a child process) on
+    ``args`` and compared with PyTorch; a mismatch raises :class:`CheckFailedError`.
+    """
+    t0 = time.perf_counter()
+    model = _load_model(model)
+    args = _as_args(args)
+    if not isinstance(f, (str, os.PathLike)):
+        raise UsageError("f must be a path")
+    f = os.fspath(f)
+    captured = capture(model, args)
+    if captured.n_inputs != len(args):
+        raise UsageError(f"the traced model takes {captured.n_inputs} tensor input(s), "
+                         f"{len(args)} given")
+    in_names = _names(input_names, len(args), "input", "input")
+    symbols = _symbols_for(dynamic_axes, in_names, args) if dynamic_axes else {}
+
+    g = Graph()
+    inputs = []
+    for i, (name, a) in enumerate(zip(in_names, args)):
+        if not dtypes.supported(a.dtype):
+            raise UsageError(f"input {name} has dtype {a.dtype}, which tract cannot take "
+                             "(convert it to float32 or float16 before export)")
+        shape = list(a.shape)
+        for axis, sym in symbols.get(i, {}).items():
+            shape[axis] = _sym(sym)
+            g.add_symbol(sym)
+        inputs.append(g.add_input(name, shape, a.dtype))
+
+    labels: dict[int, str] = {}
+    walker = Walker(g, captured.root, labels)
+    outs = walker.run(captured.graph, inputs)
+    out_names = _names(output_names, len(outs), "output", "output")
+    handles = []
+    for t, name in zip(outs, out_names):
+        if isinstance(t, torch.Tensor):
+            t = g.variable(t, f"{name}.const")
+        g.reserve_name(name)
+        handles.append(t)
+    g.set_outputs(handles, out_names)
+    for hook in _GRAPH_PASSES:
+        hook(g, model=model, args=args, options=options)
+    unknown = set(options) - _KNOWN_OPTIONS
+    if unknown:
+        raise UsageError(f"unknown export option(s): {', '.join(sorted(unknown))}")
+
+    from .writer import write
+
+    size = write(g, f, progress=options.get("progress"))
+    result = ExportResult(
+        path=f,
+        inputs=[TensorInfo(t.name, list(t.shape), dtypes.tract_name(t.dtype)) for t in inputs],
+        outputs=[TensorInfo(n, list(t.shape), dtypes.tract_name(t.dtype))
+                 for n, t in zip(out_names, handles)],
+        op_histogram=g.op_histogram(), archive_bytes=size,
+        export_seconds=time.perf_counter() - t0,
+        warnings=list(g.warnings) + [f"tracer: {w.splitlines()[0]}" for w in
+                                     captured.tracer_warnings],
+        extras=dict(g.__dict__.get("extras", {})))
+    for w in g.warnings:
+        warnings.warn(w, stacklevel=2)
+    if check:
+        result.checks = check_archive(f, model, args, out_names, rtol=rtol, atol=atol)
+        if not result.passed:
+            raise CheckFailedError("tract's outputs differ from PyTorch's:\n" + "\n".join(
+                "  " + c.line() for c in result.checks), report=result)
+    return result
+
+
+# Graph passes (e.g. channel compaction) register here: fn(graph, model=, args=, options=).
+_GRAPH_PASSES: list = []
+_KNOWN_OPTIONS = {"progress"}
+
+
+def register_graph_pass(fn, options: tuple[str, ...] = ()):
+    _GRAPH_PASSES.append(fn)
+    _KNOWN_OPTIONS.update(options)
+    return fn
+
+
+def _sym(name: str):
+    import sympy
+
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+def torch_outputs(model, args) -> list[np.ndarray]:
+    """Eager PyTorch outputs, flattened, without changing the model's mode for good."""
+    was_training = getattr(model, "training", None)
+    try:
+        if isinstance(model, torch.nn.Module):
+            model.train(False)
+        with torch.no_grad():
+            out = model(*args)
+    finally:
+        if was_training is not None:
+            model.train(was_training)
+    flat = []
+
+    def walk(o):
+        if isinstance(o, torch.Tensor):
+            t = o.detach()
+            if t.dtype == torch.bfloat16:
+                t = t.float()
+            flat.append(t.numpy().copy())
+        elif isinstance(o, (list, tuple)):
+            for x in o:
+                walk(x)
+        elif isinstance(o, dict):
+            for k in o:
+                walk(o[k])
+        else:
+            raise UsageError(f"the model returns a {type(o).__name__}; t2n exports tensor "
+                             "outputs only")
+
+    walk(out)
+    return flat
+
+
+def check_archive(path: str, model, args, out_names: list[str], rtol: float = DEFAULT_RTOL,
+                  atol: float = DEFAULT_ATOL, inputs=None) -> list[OutputCheck]:
+    """Run the archive in tract on ``args`` and compare each output with PyTorch."""
+    from .tract_runner import TractRunError, run_in_tract
+
+    model = _load_model(model)
+    expected = torch_outputs(model, args)
+    np_inputs = [a.detach().numpy() for a in args]
+    try:
+        got = run_in_tract(path, np_inputs)
+    except TractRunError as e:
+        raise TractError(f"tract could not run {path}: {e}", crashed=e.crashed) from None
+    if len(got) != len(expected):
+        raise CheckFailedError(f"tract returned {len(got)} outputs, PyTorch {len(expected)}")
+    return [compare(n, e, a, rtol=rtol, atol=atol) for n, e, a in zip(out_names, expected, got)]

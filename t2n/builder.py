@@ -1,0 +1,588 @@
+"""The NNEF graph under construction, and the lowering helpers every mapping shares.
+
+Mapping functions never write NNEF text: they call :meth:`Graph.op` and the helpers below,
+which take care of tract's quirks once, here:
+
+* broadcasting pads missing axes at the *end* in tract, so binary ops equalise ranks with
+  leading ``unsqueeze`` (:meth:`Graph.binary`);
+* integer literals are TDim, not i64, and a float literal beside an int tensor is cast
+  silently, so non-f32 constants are emitted typed (:meth:`Graph.const`);
+* there is no implicit promotion between tensors, so operands are cast explicitly.
+
+A :class:`Tensor` is a handle: a name, a shape (ints, or sympy expressions for symbolic
+axes), a torch dtype and, for constants, the known value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+
+from . import dtypes
+from .errors import ConversionError
+
+Dim = Any  # int or sympy.Expr
+
+
+class Tensor:
+    """A value of the NNEF graph: what a mapping function receives for a tensor argument."""
+
+    __slots__ = ("name", "shape", "dtype", "value", "literal")
+
+    def __init__(self, name: str, shape: Sequence[Dim], dtype: torch.dtype,
+                 value: torch.Tensor | None = None, literal: str | None = None):
+        self.name = name
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.value = value  # known constant data (weights, folded constants), else None
+        self.literal = literal  # inline NNEF text for small constants, else None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_const(self) -> bool:
+        return self.value is not None
+
+    def static_shape(self) -> tuple[int, ...] | None:
+        """The shape as plain ints, or None when an axis is symbolic."""
+        if all(isinstance(d, int) for d in self.shape):
+            return self.shape
+        return None
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name}, {list(self.shape)}, {self.dtype})"
+
+
+@dataclass
+class Op:
+    kind: str
+    args: list
+    attrs: dict
+    outputs: list
+
+
+@dataclass
+class Variable:
+    tensor: Tensor
+    label: str
+    data: torch.Tensor  # written once, straight from its storage
+
+
+_IDENT_BAD_START = re.compile(r"^(inf|true|false|nan)", re.IGNORECASE)
+IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NNEF_KEYWORDS = {"version", "extension", "graph", "fragment", "tensor", "integer", "scalar",
+                  "logical", "string", "true", "false", "for", "in", "if", "else", "yield",
+                  "length_of", "shape_of", "range_of"}
+MAX_INLINE_ELEMENTS = 8
+
+
+def safe_identifier(name: str) -> bool:
+    """Whether ``name`` can be an NNEF identifier that tract reads back as itself."""
+    return bool(IDENT_RE.match(name)) and not _IDENT_BAD_START.match(name) \
+        and name not in _NNEF_KEYWORDS
+
+
+def sanitize(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    if not s or not (s[0].isalpha() or s[0] == "_") or not safe_identifier(s):
+        s = "v_" + s
+    return s
+
+
+def format_float(v: float) -> str:
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    r = repr(float(v))
+    if "e" not in r and "." not in r:
+        r += ".0"
+    return r
+
+
+def format_dim(d: Dim) -> str:
+    if isinstance(d, (int, np.integer)):
+        return str(int(d))
+    return dim_expr_text(d)
+
+
+def dim_expr_text(expr) -> str:
+    """A sympy expression over tract symbols, spelled the way tract's TDim parser reads it."""
+    import sympy
+
+    if isinstance(expr, sympy.Integer):
+        return str(int(expr))
+    if isinstance(expr, sympy.Symbol):
+        return expr.name
+    if isinstance(expr, sympy.floor) and isinstance(expr.args[0], sympy.Mul):
+        num, den = expr.args[0].as_numer_denom()
+        if den.is_Integer:
+            return f"({dim_expr_text(num)})/{int(den)}"
+    if isinstance(expr, sympy.Add):
+        parts = [dim_expr_text(a) for a in expr.args]
+        return "(" + "+".join(parts) + ")"
+    if isinstance(expr, sympy.Mul):
+        return "*".join(dim_expr_text(a) for a in expr.args)
+    raise ConversionError("shape", f"symbolic dimension {expr} cannot be written for tract")
+
+
+def format_value(v: Any) -> str:
+    """An attribute value as NNEF text."""
+    if isinstance(v, Tensor):
+        return v.literal if v.literal is not None else v.name
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        return format_float(float(v))
+    if isinstance(v, str):
+        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(format_value(x) for x in v) + ")"
+    if isinstance(v, list):
+        return "[" + ", ".join(format_value(x) for x in v) + "]"
+    if isinstance(v, _SymDim):
+        return str(v)
+    if v is None:
+        raise TypeError("None is not an NNEF value")
+    return format_dim(v)
+
+
+def _literal_array(a: np.ndarray, fmt) -> str:
+    if a.ndim == 0:
+        return fmt(a.item())
+    return "[" + ", ".join(_literal_array(x, fmt) for x in a) + "]"
+
+
+def broadcast_shapes(*shapes: Sequence[Dim]) -> tuple:
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(rank):
+        dims = [s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0]
+        non1 = [d for d in dims if not (isinstance(d, int) and d == 1)]
+        out.append(non1[0] if non1 else 1)
+    return tuple(out)
+
+
+@dataclass
+class NodeContext:
+    """What the walker knows about the aten node being converted (from the trace)."""
+
+    op: str
+    out_dtypes: list = field(default_factory=list)
+    out_shapes: list = field(default_factory=list)
+    where: str | None = None
+
+
+class Graph:
+    """An NNEF graph being built: inputs, ops in emission order, variables, outputs."""
+
+    def __init__(self):
+        self.inputs: list[Tensor] = []
+        self.outputs: list[Tensor] = []
+        self.output_names: list[str] = []
+        self.ops: list[Op] = []
+        self.variables: list[Variable] = []
+        self.symbols: list[str] = []
+        self._var_cache: dict = {}
+        self._labels: set[str] = set()
+        self._names: set[str] = set()
+        self._counter = 0
+        self._const_counter = 0
+        self.node: NodeContext | None = None
+        self.warnings: list[str] = []
+
+    # ------------------------------------------------------------------ naming
+    def fresh_name(self, hint: str) -> str:
+        hint = sanitize(hint.replace("tract_core_", ""))
+        while True:
+            self._counter += 1
+            name = f"{hint}_{self._counter}"
+            if name not in self._names:
+                self._names.add(name)
+                return name
+
+    def reserve_name(self, name: str) -> None:
+        self._names.add(name)
+
+    # ------------------------------------------------------------------ node context
+    def out_dtype(self, i: int = 0) -> torch.dtype:
+        """The dtype PyTorch gave output ``i`` of the node being converted."""
+        return self.node.out_dtypes[i]
+
+    def out_shape(self, i: int = 0) -> tuple:
+        return tuple(self.node.out_shapes[i])
+
+    def error(self, message: str) -> ConversionError:
+        """A ConversionError naming the current op: ``raise g.error("...")``."""
+        op = self.node.op if self.node else "?"
+        return ConversionError(op, message)
+
+    # ------------------------------------------------------------------ declarations
+    def add_input(self, name: str, shape: Sequence[Dim], dtype: torch.dtype) -> Tensor:
+        t = Tensor(name, shape, dtype)
+        self.reserve_name(name)
+        self.inputs.append(t)
+        return t
+
+    def add_symbol(self, name: str) -> None:
+        if name not in self.symbols:
+            self.symbols.append(name)
+
+    def variable(self, data: torch.Tensor, label: str | None = None) -> Tensor:
+        """A weight stored in its own .dat file; the same storage is written once."""
+        data = data.detach()
+        key = (data.data_ptr(), data.dtype, tuple(data.shape), tuple(data.stride()),
+               data.storage_offset()) if data.numel() else None
+        if key is not None and key in self._var_cache:
+            return self._var_cache[key]
+        if data.dtype == torch.bfloat16:
+            self.warnings.append(f"weight {label or '?'} is bfloat16, which tract lacks: "
+                                 "stored as float32")
+            data = data.float()
+        if not dtypes.supported(data.dtype):
+            raise self.error(f"constant of dtype {data.dtype} is not supported by tract")
+        if label is None:
+            self._const_counter += 1
+            label = f"t2n_const_{self._const_counter}"
+        t = Tensor(self.fresh_name(label), data.shape, data.dtype, value=data)
+        self.variables.append(Variable(t, label, data))
+        if key is not None:
+            self._var_cache[key] = t
+        return t
+
+    def final_labels(self, used: set[int]) -> dict[int, str]:
+        """File labels of the variables in use, unique, in emission order.
+
+        Labels are settled at the end so that a weight reshaped for broadcasting (the unused
+        original dropped) keeps its state_dict name.
+        """
+        taken: set[str] = set()
+        out = {}
+        for v in self.variables:
+            if id(v.tensor) not in used:
+                continue
+            label = v.label.replace("/", ".").lstrip(".") or "w"
+            base, k = label, 1
+            while label in taken:
+                k += 1
+                label = f"{base}.{k}"
+            taken.add(label)
+            out[id(v.tensor)] = label
+        return out
+
+    def const(self, value, dtype: torch.dtype | None = None, label: str | None = None) -> Tensor:
+        """A constant tensor: inline literal when small, else a .dat variable.
+
+        Typed: an int constant is really i64 (or its own int type), never tract's TDim.
+        """
+        if isinstance(value, Tensor):
+            return self.cast(value, dtype) if dtype is not None else value
+        if isinstance(value, torch.Tensor):
+            t = value.detach()
+            if dtype is not None and t.dtype != dtype:
+                t = t.to(dtype)
+        else:
+            if dtype is None:
+                dtype = _python_dtype(value)
+            t = torch.tensor(value, dtype=dtype)
+        if t.dtype == torch.bfloat16:
+            t = t.float()
+        if t.numel() <= MAX_INLINE_ELEMENTS and t.numel() > 0:
+            lit = self._literal_text(t)
+            if lit is not None:
+                return Tensor(lit, t.shape, t.dtype, value=t, literal=lit)
+        return self.variable(t.contiguous() if t.numel() <= 1 << 16 else t, label)
+
+    def _literal_text(self, t: torch.Tensor) -> str | None:
+        a = t.numpy()
+        if t.dtype == torch.bool:
+            return _literal_array(a, lambda v: "true" if v else "false")
+        if t.dtype.is_floating_point:
+            if np.isnan(a).any():
+                return None
+            a32 = a.astype(np.float32)
+            if t.dtype == torch.float64 and not np.array_equal(a32.astype(np.float64), a):
+                return None
+            text = _literal_array(a32, lambda v: format_float(float(v)))
+            if t.dtype == torch.float32:
+                return text
+            return f"tract_core_cast({text}, to = '{dtypes.tract_name(t.dtype)}')"
+        if not dtypes.supported(t.dtype):
+            return None
+        text = _literal_array(a, lambda v: str(int(v)))
+        return f"tract_core_cast({text}, to = '{dtypes.tract_name(t.dtype)}')"
+
+    def reshaped_const(self, t: Tensor, shape) -> Tensor:
+        """A constant with a new shape: a literal stays inline, a weight keeps its label."""
+        data = t.value.reshape(shape)
+        if t.literal is not None:
+            return self.const(data)
+        var = next((v for v in self.variables if v.tensor is t), None)
+        return self.variable(data, var.label if var else None)
+
+    def scalar(self, value, dtype: torch.dtype) -> Tensor:
+        """A rank-0 constant of exactly ``dtype``."""
+        if isinstance(value, Tensor):
+            return self.cast(value, dtype)
+        return self.const(torch.tensor(value).to(dtype) if not isinstance(value, torch.Tensor)
+                          else value.to(dtype))
+
+    # ------------------------------------------------------------------ ops
+    def op(self, kind: str, *args, out_dtype: torch.dtype | None = None, out_shape=None,
+           outputs: int = 1, out_dtypes=None, out_shapes=None, **attrs):
+        """Emit one NNEF op; returns its output handle (or a tuple when ``outputs > 1``).
+
+        Default output dtype/shape: the first tensor argument's dtype, the broadcast of the
+        tensor arguments' shapes (right for element-wise ops). Symbolic dims inside list
+        attributes (``shape=[B, 3]``) are written as tract dim expressions.
+        """
+        tensors = [a for a in _flatten(args) if isinstance(a, Tensor)]
+        dtype = out_dtype if out_dtype is not None else (
+            tensors[0].dtype if tensors else torch.float32)
+        shape = out_shape
+        if shape is None:
+            shape = broadcast_shapes(*(t.shape for t in tensors)) if tensors else ()
+        attrs = {k: _attr(v) for k, v in attrs.items()}
+        out_dtypes = out_dtypes or [dtype] * outputs
+        out_shapes = out_shapes or [shape] * outputs
+        outs = [Tensor(self.fresh_name(kind), s, d) for s, d in zip(out_shapes, out_dtypes)]
+        self.ops.append(Op(kind, list(args), attrs, outs))
+        return outs[0] if outputs == 1 else tuple(outs)
+
+    # ------------------------------------------------------------------ shared helpers
+    def cast(self, t: Tensor, dtype: torch.dtype) -> Tensor:
+        if t.dtype == dtype:
+            return t
+        if t.is_const and t.value.numel() <= MAX_INLINE_ELEMENTS:
+            return self.const(t.value.to(dtype))
+        return self.op("tract_core_cast", t, to=dtypes.tract_name(dtype), out_dtype=dtype)
+
+    def as_tensor(self, v, dtype: torch.dtype) -> Tensor:
+        """A tensor argument or a Python scalar, as a tensor of ``dtype``."""
+        if isinstance(v, Tensor):
+            return self.cast(v, dtype)
+        return self.scalar(v, dtype)
+
+    def unsqueeze_to_rank(self, t: Tensor, rank: int) -> Tensor:
+        """Leading unit axes up to ``rank`` (tract broadcasts from the end otherwise)."""
+        if t.rank >= rank:
+            return t
+        if t.rank == 0 and t.literal is not None:
+            return t  # a rank-0 literal broadcasts against any rank in tract
+        missing = rank - t.rank
+        if t.is_const:
+            return self.reshaped_const(t, (1,) * missing + tuple(t.value.shape))
+        return self.unsqueeze(t, list(range(missing)))
+
+    def binary(self, kind: str, a, b, dtype: torch.dtype | None = None,
+               out_dtype: torch.dtype | None = None) -> Tensor:
+        """Element-wise binary op with torch broadcasting: operands cast to ``dtype`` and
+        brought to equal rank first."""
+        if dtype is None:
+            dtype = _result_type(a, b)
+        a = self.as_tensor(a, dtype)
+        b = self.as_tensor(b, dtype)
+        rank = max(a.rank, b.rank)
+        a, b = self.unsqueeze_to_rank(a, rank), self.unsqueeze_to_rank(b, rank)
+        return self.op(kind, a, b, out_dtype=out_dtype or dtype)
+
+    def unary(self, kind: str, x: Tensor, **attrs) -> Tensor:
+        return self.op(kind, x, **attrs)
+
+    def unsqueeze(self, t: Tensor, axes: list[int]) -> Tensor:
+        if not axes:
+            return t
+        shape = list(t.shape)
+        for a in sorted(axes):
+            shape.insert(a, 1)
+        return self.op("unsqueeze", t, axes=list(axes), out_shape=shape)
+
+    def squeeze(self, t: Tensor, axes: list[int]) -> Tensor:
+        if not axes:
+            return t
+        shape = [d for i, d in enumerate(t.shape) if i not in set(axes)]
+        return self.op("squeeze", t, axes=sorted(axes), out_shape=shape)
+
+    def reshape(self, t: Tensor, shape: Sequence[Dim]) -> Tensor:
+        shape = list(shape)
+        if list(t.shape) == shape:
+            return t
+        return self.op("reshape", t, shape=shape, out_shape=shape)
+
+    def transpose(self, t: Tensor, perm: Sequence[int]) -> Tensor:
+        perm = list(perm)
+        if perm == list(range(t.rank)):
+            return t
+        shape = [t.shape[p] for p in perm]
+        return self.op("transpose", t, axes=perm, out_shape=shape)
+
+    def slice(self, t: Tensor, axis: int, begin: Dim, end: Dim, stride: int = 1) -> Tensor:
+        """``t[begin:end:stride]`` along ``axis``; bounds must already be normalised
+        (0 <= begin <= end <= dim), as tract requires."""
+        dim = t.shape[axis]
+        if begin == 0 and end == dim and stride == 1:
+            return t
+        shape = list(t.shape)
+        n = end - begin
+        shape[axis] = (n + stride - 1) // stride if isinstance(n, int) else _ceil_div(n, stride)
+        if isinstance(n, int) and n == 0:
+            shape[axis] = 0
+        return self.op("slice", t, axes=[axis], begin=[begin], end=[end], stride=[stride],
+                       out_shape=shape)
+
+    def concat(self, ts: list[Tensor], axis: int) -> Tensor:
+        if len(ts) == 1:
+            return ts[0]
+        shape = list(ts[0].shape)
+        total = 0
+        for t in ts:
+            total = total + t.shape[axis]
+        shape[axis] = total
+        return self.op("concat", list(ts), axis=axis, out_shape=shape, out_dtype=ts[0].dtype)
+
+    def gather(self, t: Tensor, indices: Tensor, axis: int) -> Tensor:
+        shape = list(t.shape[:axis]) + list(indices.shape) + list(t.shape[axis + 1:])
+        return self.op("tract_core_gather", t, indices, axis=axis, out_shape=shape,
+                       out_dtype=t.dtype)
+
+    def broadcast_to(self, t: Tensor, shape: Sequence[Dim]) -> Tensor:
+        t = self.unsqueeze_to_rank(t, len(shape))
+        if tuple(t.shape) == tuple(shape):
+            return t
+        return self.op("tract_core_broadcast", t, shape=list(shape), out_shape=list(shape))
+
+    def reduce(self, kind: str, t: Tensor, axes: list[int], keepdim: bool,
+               dtype: torch.dtype | None = None) -> Tensor:
+        """NNEF reductions keep the reduced axes; squeeze them for keepdim=False."""
+        axes = sorted(set(axes))
+        shape = [1 if i in axes else d for i, d in enumerate(t.shape)]
+        r = self.op(kind, t, axes=axes, out_shape=shape, out_dtype=dtype or t.dtype)
+        return r if keepdim else self.squeeze(r, axes)
+
+    def shape_of(self, t: Tensor) -> Tensor:
+        """The runtime shape of ``t`` as an i64 vector (symbolic axes stay symbolic)."""
+        s = self.op("tract_core_shape_of", t, out_shape=[t.rank], out_dtype=torch.int64)
+        return self.op("tract_core_cast", s, to="i64", out_dtype=torch.int64)
+
+    def zeros_like(self, t: Tensor, value=0) -> Tensor:
+        return self.broadcast_to(self.scalar(value, t.dtype), t.shape)
+
+    # ------------------------------------------------------------------ finishing
+    def set_outputs(self, tensors: list[Tensor], names: list[str]) -> None:
+        self.outputs = list(tensors)
+        self.output_names = list(names)
+
+    def live_ops(self) -> list[Op]:
+        """Ops the outputs depend on, in emission order (dead code is dropped)."""
+        producer = {}
+        for op in self.ops:
+            for o in op.outputs:
+                producer[id(o)] = op
+        live: set[int] = set()
+        stack = [t for t in self.outputs]
+        seen = set()
+        while stack:
+            t = stack.pop()
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            op = producer.get(id(t))
+            if op is None or id(op) in live:
+                continue
+            live.add(id(op))
+            for a in _flatten(op.args):
+                if isinstance(a, Tensor):
+                    stack.append(a)
+            for v in op.attrs.values():
+                for a in _flatten([v]):
+                    if isinstance(a, Tensor):
+                        stack.append(a)
+        return [op for op in self.ops if id(op) in live]
+
+    def used_tensors(self, ops: list[Op]) -> set[int]:
+        used = {id(t) for t in self.outputs}
+        for op in ops:
+            for a in _flatten(op.args) + _flatten(list(op.attrs.values())):
+                if isinstance(a, Tensor):
+                    used.add(id(a))
+        return used
+
+    def op_histogram(self) -> dict[str, int]:
+        c = Counter(op.kind for op in self.live_ops())
+        return dict(sorted(c.items()))
+
+
+def _flatten(args) -> list:
+    out = []
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            out.extend(_flatten(a))
+        else:
+            out.append(a)
+    return out
+
+
+def _dim_attr(d):
+    if isinstance(d, (int, np.integer)) and not isinstance(d, bool):
+        return int(d)
+    return _SymDim(d)
+
+
+def _attr(v):
+    """Attribute values as given, with symbolic dims wrapped for printing."""
+    if isinstance(v, (list, tuple)):
+        return type(v)(_attr(x) for x in v)
+    if isinstance(v, (Tensor, str, bool, int, float, np.integer, np.floating, _SymDim)):
+        return v
+    if v is None:
+        return v
+    return _SymDim(v)
+
+
+class _SymDim:
+    """A symbolic dimension inside an attribute list (printed as a TDim expression)."""
+
+    def __init__(self, expr):
+        self.expr = expr
+
+    def __str__(self):
+        return format_dim(self.expr)
+
+
+def _ceil_div(n, k):
+    import sympy
+
+    return sympy.ceiling(sympy.sympify(n) / k)
+
+
+def _python_dtype(value) -> torch.dtype:
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    return torch.float32
+
+
+def _result_type(a, b) -> torch.dtype:
+    """torch's promotion for a tensor/scalar pair (a Python scalar does not widen a tensor
+    of its own kind; a float scalar makes an int tensor float)."""
+    da = a.dtype if isinstance(a, Tensor) else None
+    db = b.dtype if isinstance(b, Tensor) else None
+    if da is not None and db is not None:
+        return torch.promote_types(da, db)
+    if da is None and db is None:
+        return torch.promote_types(_python_dtype(a), _python_dtype(b))
+    d, other = (da, b) if da is not None else (db, a)
+    if isinstance(other, float) and not d.is_floating_point:
+        return torch.get_default_dtype()
+    if isinstance(other, int) and not isinstance(other, bool) and d == torch.bool:
+        return torch.int64
+    return d

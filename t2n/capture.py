@@ -1,0 +1,92 @@
+"""From a user's model to one inlined TorchScript graph, without touching the model.
+
+t2n captures with ``torch.jit.trace`` (supported on torch 2.x up to at least 2.13, where it
+is deprecated but present). The deprecation notice is t2n's business, not the user's, so it
+is filtered; tracer warnings that mean "this export is specialised to the traced path"
+(data-dependent Python control flow) are re-issued as one clear t2n warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from .errors import ModelLoadError, TraceError
+
+
+class SpecialisedTraceWarning(UserWarning):
+    """The model's Python control flow read tensor values: the export follows the traced path."""
+
+
+@dataclass
+class Captured:
+    graph: torch._C.Graph
+    root: object  # the module whose attributes GetAttr nodes read
+    n_inputs: int
+    tracer_warnings: list
+
+
+def load_torchscript(path: str):
+    """Load a TorchScript archive saved with ``torch.jit.save`` (no unpickling of code)."""
+    if not os.path.exists(path):
+        raise ModelLoadError(f"model file not found: {path}")
+    if os.path.isdir(path):
+        raise ModelLoadError(f"model path is a directory, not a TorchScript file: {path}")
+    try:
+        return torch.jit.load(path, map_location="cpu")
+    except Exception as e:  # torch raises RuntimeError/ValueError with multi-line texts
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelLoadError(f"{path} is not a readable TorchScript archive ({first})") from None
+
+
+@contextlib.contextmanager
+def _quiet_trace(collected: list):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for w in caught:
+        msg = str(w.message)
+        if "deprecated" in msg and "torch.jit" in msg:
+            continue
+        if issubclass(w.category, torch.jit.TracerWarning):
+            collected.append(msg)
+            continue
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def capture(model, args: tuple) -> Captured:
+    """Trace ``model`` on ``args`` in eval mode without grad; restore the training flag."""
+    was_training = getattr(model, "training", None)
+    collected: list[str] = []
+    try:
+        if isinstance(model, torch.nn.Module) and not isinstance(model, torch.jit.ScriptModule):
+            model.train(False)
+        with torch.no_grad(), _quiet_trace(collected):
+            try:
+                traced = torch.jit.trace(model, args, check_trace=False, strict=False)
+            except Exception as e:
+                text = str(e).strip().splitlines()
+                raise TraceError("the model failed while being traced on the example inputs: "
+                                 f"{type(e).__name__}: {text[0] if text else ''}") from e
+    finally:
+        if was_training is not None and isinstance(model, torch.nn.Module) \
+                and not isinstance(model, torch.jit.ScriptModule):
+            model.train(was_training)
+    if isinstance(traced, torch.jit.ScriptModule):
+        graph = traced.inlined_graph if hasattr(traced, "inlined_graph") else traced.graph
+        root = traced
+    else:
+        graph = traced.graph
+        root = None
+    torch._C._jit_pass_dce(graph)
+    for msg in collected:
+        if "might cause the trace to be incorrect" in msg or "Converting a tensor to" in msg:
+            warnings.warn(SpecialisedTraceWarning(
+                "data-dependent control flow or a tensor read as a Python value: the export "
+                f"reproduces the traced path only ({msg.split('.')[0]})"), stacklevel=3)
+    n_inputs = len(list(graph.inputs())) - (1 if root is not None else 0)
+    return Captured(graph, root, n_inputs, collected)

@@ -1,0 +1,79 @@
+"""The one table that says how a torch dtype appears in NNEF and in tract.
+
+tract has no bf16 and no complex; bf16 is upcast to f32 (with a warning at export time).
+Bools are written 1-bit packed in .dat files (the only layout both tract and the Khronos
+reader accept).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+# torch dtype -> (tract datum string, numpy dtype, NNEF .dat item code)
+_TABLE = {
+    torch.float32: ("f32", np.float32, 0),
+    torch.float16: ("f16", np.float16, 0),
+    torch.float64: ("f64", np.float64, 0),
+    torch.int64: ("i64", np.int64, 4),
+    torch.int32: ("i32", np.int32, 4),
+    torch.int16: ("i16", np.int16, 4),
+    torch.int8: ("i8", np.int8, 4),
+    torch.uint8: ("u8", np.uint8, 1),
+    torch.bool: ("bool", np.bool_, 5),
+}
+_UNSIGNED_EXTRA = {
+    getattr(torch, "uint16", None): ("u16", np.uint16, 1),
+    getattr(torch, "uint32", None): ("u32", np.uint32, 1),
+    getattr(torch, "uint64", None): ("u64", np.uint64, 1),
+}
+_TABLE.update({k: v for k, v in _UNSIGNED_EXTRA.items() if k is not None})
+
+_FROM_NUMPY = {np.dtype(v[1]): k for k, v in _TABLE.items()}
+_FROM_NAME = {v[0]: k for k, v in _TABLE.items()}
+_FROM_NAME.update({"float32": torch.float32, "float": torch.float32, "float16": torch.float16,
+                   "half": torch.float16, "float64": torch.float64, "double": torch.float64,
+                   "int64": torch.int64, "long": torch.int64, "int32": torch.int32,
+                   "int": torch.int32, "int16": torch.int16, "int8": torch.int8,
+                   "uint8": torch.uint8, "bool": torch.bool})
+
+
+def supported(dtype: torch.dtype) -> bool:
+    return dtype in _TABLE
+
+
+def tract_name(dtype: torch.dtype) -> str:
+    """'f32', 'i64', ... as tract_core_cast and tract_core_external spell them."""
+    try:
+        return _TABLE[dtype][0]
+    except KeyError:
+        raise TypeError(f"dtype {dtype} has no tract equivalent") from None
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    return np.dtype(_TABLE[dtype][1])
+
+
+def dat_code(dtype: torch.dtype) -> int:
+    return _TABLE[dtype][2]
+
+
+def from_numpy(dtype) -> torch.dtype:
+    return _FROM_NUMPY[np.dtype(dtype)]
+
+
+def from_name(name: str) -> torch.dtype:
+    """Parse a user-facing dtype name ('f32', 'i64', 'int32', 'bool', ...)."""
+    try:
+        return _FROM_NAME[name.lower()]
+    except KeyError:
+        known = ", ".join(sorted(v[0] for v in _TABLE.values()))
+        raise ValueError(f"unknown dtype {name!r} (known: {known})") from None
+
+
+def is_float(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point
+
+
+def is_int(dtype: torch.dtype) -> bool:
+    return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool

@@ -1,0 +1,57 @@
+"""The table of mapping functions, keyed by aten op name.
+
+A mapping is registered with ``@aten("name", "alias", ...)`` and called as
+``fn(g, *args)`` with the node's arguments in schema order, already resolved (tensor handles
+for tensors, Python values for everything static). In-place variants (``add_``) need no entry:
+the walker runs the functional mapping and writes the result back into the mutated tensor
+(and into the tensor it is a view of).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+_MAPPINGS: dict[str, Callable] = {}
+
+
+def aten(*names: str):
+    """Register a mapping function for one or more aten op names (without ``aten::``)."""
+
+    def register(fn: Callable) -> Callable:
+        for name in names:
+            if name in _MAPPINGS and _MAPPINGS[name] is not fn:
+                raise RuntimeError(f"aten::{name} registered twice ({_MAPPINGS[name].__module__}"
+                                   f" and {fn.__module__})")
+            _MAPPINGS[name] = fn
+        return fn
+
+    return register
+
+
+def _load() -> None:
+    import op_mappings  # noqa: F401  (importing registers every family)
+
+
+def lookup(name: str) -> Callable | None:
+    """The mapping for an aten op name (``index_add`` for ``index_add_`` too)."""
+    _load()
+    fn = _MAPPINGS.get(name)
+    if fn is None and is_inplace(name):
+        fn = _MAPPINGS.get(name[:-1])
+    return fn
+
+
+def is_inplace(name: str) -> bool:
+    return name.endswith("_") and not name.endswith("__")
+
+
+def supported_ops() -> list[str]:
+    """Every aten name t2n converts (in-place variants of these are converted too)."""
+    _load()
+    return sorted(_MAPPINGS)
+
+
+def mapping_module(name: str) -> str:
+    _load()
+    fn = _MAPPINGS[name]
+    return fn.__module__

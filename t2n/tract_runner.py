@@ -1,0 +1,84 @@
+"""Run an NNEF archive in tract, in a separate process.
+
+tract aborts the whole process on a Rust panic, so t2n never loads an archive in its own
+process: :func:`run_in_tract` starts ``python -m t2n.tract_runner`` with the archive and an
+``.npz`` of inputs, and reads back an ``.npz`` of outputs. This module imports neither torch
+nor t2n's engine, so the child starts fast.
+
+Exit codes of the child: 0 outputs written; 3 tract refused the archive or the inputs (the
+message is on stderr); anything else (a negative code for a signal) is a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+LOAD_OR_RUN_ERROR = 3
+
+
+class TractRunError(Exception):
+    def __init__(self, message: str, crashed: bool):
+        self.crashed = crashed
+        super().__init__(message)
+
+
+def run_in_tract(archive: str, inputs: list[np.ndarray], timeout: float | None = 600,
+                 symbols: dict | None = None) -> list[np.ndarray]:
+    """Outputs of the archive on ``inputs`` (positional), computed by tract in a child."""
+    with tempfile.TemporaryDirectory(prefix="t2n-run-") as d:
+        inp = os.path.join(d, "inputs.npz")
+        out = os.path.join(d, "outputs.npz")
+        np.savez(inp, *[np.asarray(a) for a in inputs])
+        env = dict(os.environ, RUST_BACKTRACE="0")
+        cmd = [sys.executable, "-m", "t2n.tract_runner", archive, inp, out]
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                               stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise TractRunError(f"tract did not finish within {timeout:.0f} s", crashed=True) \
+                from None
+        if p.returncode == 0:
+            with np.load(out, allow_pickle=False) as z:
+                return [z[f"arr_{i}"] for i in range(len(z.files))]
+        msg = _summarise(p.stderr)
+        if p.returncode == LOAD_OR_RUN_ERROR:
+            raise TractRunError(msg, crashed=False)
+        raise TractRunError(f"tract crashed (exit code {p.returncode}): {msg}", crashed=True)
+
+
+def _summarise(stderr: str) -> str:
+    lines = [ln.rstrip() for ln in stderr.strip().splitlines() if ln.strip()]
+    panics = [ln for ln in lines if "panicked at" in ln or "assertion" in ln]
+    keep = panics[:3] if panics else lines[-12:]
+    return " | ".join(keep)[:3000] if keep else "(no message)"
+
+
+def _main(argv: list[str]) -> int:
+    archive, inp, out = argv
+    import tract
+
+    try:
+        with np.load(inp, allow_pickle=False) as z:
+            inputs = [z[f"arr_{i}"] for i in range(len(z.files))]
+        model = tract.nnef().load(archive)
+        runnable = model.into_runnable()
+        results = runnable.run(inputs)
+        arrays = [r.to_numpy() for r in results]
+    except Exception as e:  # tract.TractError and friends: a refusal, not a crash
+        text = str(e)
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        sys.stderr.write(" | ".join(lines[:8]) + "\n")
+        return LOAD_OR_RUN_ERROR
+    np.savez(out, *arrays)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

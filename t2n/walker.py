@@ -1,0 +1,512 @@
+"""Walk an inlined TorchScript graph and build the NNEF graph.
+
+For every node, in order:
+
+* ``prim::`` plumbing (constants, attributes, lists, tuples) is resolved to Python values;
+* an aten node whose inputs are all known constants is evaluated with torch itself (constant
+  folding: weight preprocessing, pruning masks, static shape arithmetic);
+* any other aten node is dispatched to the mapping registered for its name, with resolved
+  arguments;
+* in-place ops (``add_``, ``index_put_``, ``copy_`` ...) run the functional mapping and the
+  result is written back into the mutated tensor and, when that tensor is a view (``y[:, 1:3]``),
+  into its base through the chain of view ops, so the exported graph computes the same final
+  values as PyTorch.
+
+Problems do not stop the walk: each unsupported op or case is recorded with its source
+location and the values it would have produced are poisoned, so one run reports all of them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from . import registry
+from .builder import Graph, NodeContext, Tensor
+from .errors import ConversionError, UnsupportedOperatorsError
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_T2N_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# View ops whose result aliases their input: writes into the result must reach the base.
+VIEW_OPS = {"slice", "select", "narrow", "view", "reshape", "_unsafe_view", "transpose",
+            "permute", "t", "unsqueeze", "squeeze", "alias", "detach", "diagonal", "expand",
+            "as_strided", "unflatten", "flatten", "view_as", "reshape_as", "expand_as",
+            "unfold", "movedim", "swapaxes", "swapdims", "numpy_T", "contiguous"}
+# Ops that must not be folded even when their inputs are constants.
+_NON_DETERMINISTIC = {"rand", "randn", "randint", "rand_like", "randn_like", "randint_like",
+                      "bernoulli", "bernoulli_", "normal", "normal_", "uniform_", "multinomial",
+                      "randperm", "dropout", "feature_dropout", "alpha_dropout", "empty",
+                      "empty_like", "new_empty", "empty_strided"}
+# Symbolic/int arithmetic done in Python (shape computations on traced sizes).
+_PY_ARITH = {
+    "add": lambda a, b, alpha=1: a + b * alpha, "sub": lambda a, b, alpha=1: a - b * alpha,
+    "rsub": lambda a, b, alpha=1: b - a * alpha, "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b, "floor_divide": lambda a, b: a // b,
+    "remainder": lambda a, b: a % b, "neg": lambda a: -a,
+}
+
+
+class _Poison:
+    """The value of a node that could not be converted (its consumers are skipped quietly)."""
+
+
+POISON = _Poison()
+
+
+@dataclass
+class _View:
+    base: object  # the TorchScript value of the root tensor
+    chain: list  # [(op name, resolved args after self)]
+    version: int
+
+
+@dataclass
+class WalkResult:
+    graph: Graph
+    outputs: list  # Tensor handles or constant torch tensors, flattened in order
+    tracer_warnings: list = field(default_factory=list)
+
+
+def source_location(node) -> str | None:
+    """``file.py:LINE`` of the user's code that emitted ``node`` (first frame outside torch)."""
+    try:
+        text = node.sourceRange()
+    except Exception:
+        return None
+    for line in text.splitlines():
+        line = line.strip()
+        if "(" not in line or "):" not in line:
+            continue
+        path, rest = line.split("(", 1)
+        lineno = rest.split(")", 1)[0]
+        if path.startswith(_TORCH_DIR) or path.startswith(_T2N_DIR + os.sep + "t2n"):
+            continue
+        return f"{os.path.basename(path)}:{lineno}"
+    return None
+
+
+class Walker:
+    def __init__(self, graph: Graph, root, labels: dict[int, str]):
+        self.g = graph
+        self.root = root
+        self.labels = labels  # id(tensor) -> state_dict name, for weights
+        self.env: dict = {}
+        self.views: dict = {}  # value -> _View
+        self.version: dict = {}  # base value -> mutation count
+        self.problems: dict[str, list] = {}
+        self._schemas: dict[str, object] = {}
+        self._const_handles: dict[int, Tensor] = {}
+
+    # ------------------------------------------------------------------ entry point
+    def run(self, ts_graph, inputs: list[Tensor]) -> list:
+        ts_inputs = list(ts_graph.inputs())
+        if self.root is not None:
+            self.env[ts_inputs[0]] = self.root
+            ts_inputs = ts_inputs[1:]
+        for v, t in zip(ts_inputs, inputs):
+            self.env[v] = t
+        for node in ts_graph.nodes():
+            self._visit(node)
+        outs = []
+        for v in ts_graph.outputs():
+            outs.extend(self._flatten_output(self._get(v)))
+        if self.problems:
+            raise UnsupportedOperatorsError(self.problems)
+        return outs
+
+    def _flatten_output(self, value) -> list:
+        if isinstance(value, (list, tuple)):
+            out = []
+            for v in value:
+                out.extend(self._flatten_output(v))
+            return out
+        if isinstance(value, dict):
+            out = []
+            for k in value:
+                out.extend(self._flatten_output(value[k]))
+            return out
+        if isinstance(value, (Tensor, torch.Tensor)) or value is POISON:
+            return [value]
+        raise ConversionError("output", f"the model returns a {type(value).__name__}, not a tensor;"
+                              " t2n exports tensor outputs only")
+
+    # ------------------------------------------------------------------ values
+    def _get(self, v):
+        value = self.env[v]
+        view = self.views.get(v)
+        if view is not None and self.version.get(view.base, 0) != view.version:
+            value = self._rederive(v, view)
+        return value
+
+    def _rederive(self, v, view: _View):
+        value = self._get(view.base)
+        for name, args in view.chain:
+            value = registry.lookup(name)(self.g, value, *args)
+        self.env[v] = value
+        view.version = self.version.get(view.base, 0)
+        return value
+
+    def _record(self, problem_op: str, reason: str, where: str | None) -> None:
+        self.problems.setdefault(problem_op, []).append((reason, where))
+
+    # ------------------------------------------------------------------ nodes
+    def _visit(self, node) -> None:
+        kind = node.kind()
+        ns, name = kind.split("::", 1)
+        inputs = [self._get(v) for v in node.inputs()]
+        outs = list(node.outputs())
+        if any(x is POISON for x in _flat(inputs)):
+            for o in outs:
+                self.env[o] = POISON
+            return
+        where = source_location(node)
+        try:
+            if ns == "prim":
+                results = self._prim(node, name, inputs)
+            elif ns == "aten":
+                results = self._aten(node, name, inputs, where)
+            else:
+                raise ConversionError(kind, "operators outside aten are not supported")
+        except ConversionError as e:
+            self._record(kind if not e.op or e.op in ("?", name) else e.op, e.message, where)
+            results = [POISON] * len(outs)
+        except _Unsupported as e:
+            self._record(kind, str(e), where)
+            results = [POISON] * len(outs)
+        for o, r in zip(outs, results):
+            self.env[o] = r
+
+    def _prim(self, node, name: str, inputs: list) -> list:
+        if name == "Constant":
+            out = node.output()
+            if out.type().kind() == "NoneType":
+                return [None]
+            return [out.toIValue()]
+        if name == "GetAttr":
+            obj = inputs[0]
+            attr = node.s("name")
+            value = getattr(obj, attr)
+            if isinstance(value, torch.Tensor):
+                prefix = self._module_path(obj)
+                self.labels.setdefault(id(value), f"{prefix}{attr}")
+            return [value]
+        if name in ("ListConstruct",):
+            return [list(inputs)]
+        if name == "TupleConstruct":
+            return [tuple(inputs)]
+        if name in ("ListUnpack", "TupleUnpack"):
+            return list(inputs[0])
+        if name == "TupleIndex":
+            return [inputs[0][inputs[1]]]
+        if name in ("NumToTensor",):
+            return [inputs[0]]
+        if name == "device":
+            return [torch.device("cpu")]
+        if name == "dtype":
+            x = inputs[0]
+            return [x.dtype]
+        if name == "min" and all(not isinstance(x, Tensor) for x in inputs):
+            return [min(inputs) if len(inputs) > 1 else min(inputs[0])]
+        if name == "max" and all(not isinstance(x, Tensor) for x in inputs):
+            return [max(inputs) if len(inputs) > 1 else max(inputs[0])]
+        if name == "PythonOp":
+            raise _Unsupported("custom Python autograd functions cannot be traced into aten ops")
+        raise _Unsupported("TorchScript construct not supported by the walker")
+
+    def _module_path(self, obj) -> str:
+        path = self._paths().get(id(obj))
+        return f"{path}." if path else ""
+
+    def _paths(self) -> dict:
+        if not hasattr(self, "_path_cache"):
+            cache = {}
+            if self.root is not None:
+                for n, m in self.root.named_modules():
+                    cache[id(m)] = n
+            self._path_cache = cache
+        return self._path_cache
+
+    # ------------------------------------------------------------------ aten
+    def _aten(self, node, name: str, inputs: list, where: str | None) -> list:
+        outs = list(node.outputs())
+        if name in ("Int", "Float", "Bool", "ScalarImplicit", "IntImplicit", "FloatImplicit"):
+            return [self._to_python(name, inputs[0])]
+        if name in ("size", "sym_size") and isinstance(inputs[0], Tensor):
+            x = inputs[0]
+            if len(inputs) == 1:
+                return [list(x.shape)]
+            return [x.shape[inputs[1] % x.rank]]
+        if name in ("dim",) and isinstance(inputs[0], Tensor):
+            return [inputs[0].rank]
+        if name in ("__getitem__",) and isinstance(inputs[0], (list, tuple)):
+            return [inputs[0][inputs[1]]]
+        if name == "len" and isinstance(inputs[0], (list, tuple)):
+            return [len(inputs[0])]
+        if self._is_python_arith(name, inputs):
+            return [_PY_ARITH[name](*[_py(x) for x in inputs])]
+        if self._foldable(name, inputs):
+            return self._fold(node, name, inputs)
+
+        fn = registry.lookup(name)
+        if fn is None:
+            raise _Unsupported("no mapping for this aten op")
+        schema = self._schema(node)
+        args = self._resolve_args(schema, node, inputs)
+        self.g.node = NodeContext(op=f"aten::{name}",
+                                  out_dtypes=[_ts_dtype(o) for o in outs],
+                                  out_shapes=[_ts_sizes(o) for o in outs], where=where)
+        try:
+            if registry.is_inplace(name):
+                return self._inplace(node, name, fn, args)
+            result = fn(self.g, *args)
+        finally:
+            self.g.node = None
+        results = list(result) if isinstance(result, (tuple, list)) and len(outs) > 1 \
+            else [result]
+        results = [self._conform(name, o, r) for o, r in zip(outs, results)]
+        if name in VIEW_OPS and isinstance(args[0], Tensor):
+            self._register_view(node, name, args)
+        return results
+
+    def _to_python(self, name: str, x):
+        if isinstance(x, Tensor):
+            if x.is_const:
+                x = x.value
+            else:
+                raise _Unsupported("a tensor computed from the inputs is read as a Python number "
+                                   "(data-dependent value); the trace would freeze it")
+        if isinstance(x, torch.Tensor):
+            x = x.item()
+        if name in ("Float", "FloatImplicit") and isinstance(x, (int, bool)):
+            return float(x)
+        if name in ("Int", "IntImplicit") and isinstance(x, float):
+            return int(x)
+        return x
+
+    def _is_python_arith(self, name: str, inputs: list) -> bool:
+        if name not in _PY_ARITH:
+            return False
+        has_sym = any(_is_symbolic(x) for x in inputs)
+        return has_sym and all(_is_symbolic(x) or _is_number(x) for x in inputs)
+
+    def _foldable(self, name: str, inputs: list) -> bool:
+        if name in _NON_DETERMINISTIC:
+            return False
+        for x in _flat(inputs):
+            if isinstance(x, Tensor) or _is_symbolic(x):
+                return False
+        return True
+
+    def _fold(self, node, name: str, inputs: list) -> list:
+        schema = self._schema(node)
+        args, kwargs = [], {}
+        for arg, value in zip(schema.arguments, inputs):
+            if isinstance(value, torch.Tensor) and registry.is_inplace(name):
+                value = value.clone()  # never mutate the user's model
+            if arg.kwarg_only:
+                kwargs[arg.name] = value
+            else:
+                args.append(value)
+        op = getattr(torch.ops.aten, schema.name.split("::", 1)[1])
+        if schema.overload_name:
+            op = getattr(op, schema.overload_name)
+        with torch.no_grad():
+            result = op(*args, **kwargs)
+        # Keep provenance of folded weights (pruning: weight_orig * weight_mask).
+        label = next((self.labels[id(x)] for x in _flat(inputs)
+                      if isinstance(x, torch.Tensor) and id(x) in self.labels), None)
+        results = list(result) if isinstance(result, (tuple, list)) and \
+            len(list(node.outputs())) > 1 else [result]
+        for r in results:
+            if isinstance(r, torch.Tensor) and label is not None and id(r) not in self.labels:
+                self.labels[id(r)] = label
+        return results
+
+    def _schema(self, node):
+        text = node.schema()
+        s = self._schemas.get(text)
+        if s is None:
+            if text == "(no schema)":
+                raise _Unsupported("node without an operator schema")
+            s = torch._C.parse_schema(text)
+            self._schemas[text] = s
+        return s
+
+    def _resolve_args(self, schema, node, inputs: list) -> list:
+        """Constants in tensor positions become handles (weights as labelled variables)."""
+        args = []
+        for arg, value, ts_value in zip(schema.arguments, inputs, node.inputs()):
+            tname = str(arg.type).replace("Optional[", "").replace("]", "")
+            is_list = tname.startswith("List[")
+            tname = tname.replace("List[", "")
+            if tname == "Tensor" and not is_list:
+                value = self._tensor_arg(value, ts_value)
+            elif tname == "Tensor" and is_list and isinstance(value, list):
+                value = [self._tensor_arg(x, None) if x is not None else None for x in value]
+            args.append(value)
+        return args
+
+    def _tensor_arg(self, value, ts_value):
+        if isinstance(value, Tensor) or value is None:
+            return value
+        if isinstance(value, torch.Tensor):
+            key = id(value)
+            if key in self._const_handles:
+                return self._const_handles[key]
+            label = self.labels.get(key)
+            h = self.g.variable(value, label) if label is not None else self.g.const(value)
+            self._const_handles[key] = h
+            return h
+        if _is_number(value) and ts_value is not None:
+            dtype = _ts_dtype(ts_value) or (torch.float32 if isinstance(value, float)
+                                            else torch.int64)
+            return self.g.scalar(value, dtype)
+        if _is_symbolic(value):
+            raise _Unsupported("a symbolic size used as a tensor is not supported yet")
+        return value
+
+    def _conform(self, name: str, ts_out, r):
+        """Give a mapping's result the dtype and static shape PyTorch traced for it."""
+        if not isinstance(r, Tensor):
+            return r
+        dtype = _ts_dtype(ts_out)
+        sizes = _ts_sizes(ts_out)
+        if dtype is not None and r.dtype != dtype:
+            r = self.g.cast(r, dtype)
+        if sizes is not None:
+            if len(sizes) != r.rank:
+                raise ConversionError(f"aten::{name}", f"internal: mapping produced rank {r.rank}"
+                                      f" where PyTorch has rank {len(sizes)}")
+            if r.literal is None and not r.is_const:
+                r.shape = tuple(s if isinstance(d, int) else d for s, d in zip(sizes, r.shape))
+        return r
+
+    # ------------------------------------------------------------------ views and in-place
+    def _register_view(self, node, name: str, args: list) -> None:
+        src = node.inputsAt(0)
+        out = node.output()
+        parent = self.views.get(src)
+        if parent is not None:
+            self.views[out] = _View(parent.base, parent.chain + [(name, args[1:])],
+                                    self.version.get(parent.base, 0))
+        else:
+            self.views[out] = _View(src, [(name, args[1:])], self.version.get(src, 0))
+
+    def _inplace(self, node, name: str, fn, args: list) -> list:
+        target_v = node.inputsAt(0)
+        target = args[0]
+        if not isinstance(target, Tensor):
+            raise _Unsupported("in-place op on a non-tensor")
+        result = fn(self.g, *args)
+        result = self.g.cast(result, target.dtype)
+        if tuple(result.shape) != tuple(target.shape):
+            result = self.g.broadcast_to(result, target.shape)
+        view = self.views.get(target_v)
+        if view is not None:
+            base = self._get(view.base)
+            new_base = self._write_back(base, view.chain, result)
+            self.env[view.base] = new_base
+            self.version[view.base] = self.version.get(view.base, 0) + 1
+            self.env[target_v] = result
+            view.version = self.version[view.base]
+            self.views[node.output()] = _View(view.base, list(view.chain), view.version)
+        else:
+            self.env[target_v] = result
+            self.version[target_v] = self.version.get(target_v, 0) + 1
+            self.views[node.output()] = _View(target_v, [], self.version[target_v])
+        return [result]
+
+    def _write_back(self, base: Tensor, chain: list, value: Tensor) -> Tensor:
+        if not chain:
+            return value
+        (name, args), rest = chain[0], chain[1:]
+        inner = registry.lookup(name)(self.g, base, *args)
+        new_inner = self._write_back(inner, rest, value)
+        return _scatter_view(self.g, name, base, new_inner, args)
+
+
+def _scatter_view(g: Graph, name: str, base: Tensor, src: Tensor, args: list) -> Tensor:
+    """The inverse of a view op: ``base`` with the viewed part replaced by ``src``."""
+    if name in ("alias", "detach", "contiguous"):
+        return src
+    if name in ("view", "reshape", "_unsafe_view", "unflatten", "flatten", "view_as",
+                "reshape_as", "squeeze", "unsqueeze"):
+        return g.reshape(src, base.shape)
+    if name in ("transpose", "swapaxes", "swapdims"):
+        d0, d1 = args[0] % base.rank, args[1] % base.rank
+        perm = list(range(base.rank))
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        return g.transpose(src, perm)
+    if name == "t":
+        return g.transpose(src, list(range(base.rank))[::-1])
+    if name == "permute":
+        perm = [d % base.rank for d in args[0]]
+        inv = [0] * len(perm)
+        for i, p in enumerate(perm):
+            inv[p] = i
+        return g.transpose(src, inv)
+    if name in ("slice", "select", "diagonal", "narrow"):
+        scatter = {"slice": "slice_scatter", "select": "select_scatter",
+                   "diagonal": "diagonal_scatter", "narrow": "slice_scatter"}[name]
+        fn = registry.lookup(scatter)
+        if fn is None:
+            raise _Unsupported(f"writing into a {name} view needs aten::{scatter}")
+        if name == "narrow":
+            dim, start, length = args
+            dim = dim % base.rank
+            start = start % base.shape[dim] if isinstance(start, int) and start < 0 else start
+            return fn(g, base, src, dim, start, start + length, 1)
+        return fn(g, base, src, *args)
+    raise _Unsupported(f"writing into the result of aten::{name} is not supported")
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _flat(xs) -> list:
+    out = []
+    for x in xs:
+        if isinstance(x, (list, tuple)):
+            out.extend(_flat(x))
+        else:
+            out.append(x)
+    return out
+
+
+def _is_symbolic(x) -> bool:
+    try:
+        import sympy
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(x, sympy.Basic) and not x.is_number
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float, bool)) or (isinstance(x, torch.Tensor) and x.dim() == 0)
+
+
+def _py(x):
+    if isinstance(x, torch.Tensor):
+        return x.item()
+    return x
+
+
+def _ts_dtype(v):
+    t = v.type()
+    if t.kind() == "TensorType":
+        return t.dtype()
+    return None
+
+
+def _ts_sizes(v):
+    t = v.type()
+    if t.kind() == "TensorType":
+        try:
+            return t.sizes()
+        except RuntimeError:
+            return None
+    return None

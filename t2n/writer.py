@@ -1,0 +1,248 @@
+"""Serialise a built graph: ``graph.nnef`` text plus one ``.dat`` file per weight.
+
+Output is byte-reproducible (members sorted, mtime/uid/gid fixed, gzip header without name or
+time) and atomic: everything is written to a temporary sibling of the destination, renamed
+into place at the end, and removed on any failure or interrupt. Weights stream from their
+own storage into the archive, one at a time, without copies of the model.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import shutil
+import struct
+import tarfile
+import tempfile
+
+import numpy as np
+import torch
+
+from . import dtypes
+from .builder import Graph, Tensor, Variable, format_dim, format_value
+from .errors import UsageError
+
+GRAPH_NAME = "network"
+GZIP_LEVEL = 1  # float weights barely compress; level 1 keeps .tgz close to .tar speed
+
+
+# ---------------------------------------------------------------------------- graph.nnef
+def render_graph(g: Graph) -> str:
+    ops = g.live_ops()
+    used = g.used_tensors(ops)
+    _name_outputs(g, ops)
+    lines = ["version 1.0;", "", "extension tract_registry tract_core;"]
+    for s in g.symbols:
+        lines.append(f"extension tract_symbol {s};")
+    lines.append("")
+    ins = ", ".join(t.name for t in g.inputs)
+    outs = ", ".join(g.output_names)
+    lines.append(f"graph {GRAPH_NAME}({ins}) -> ({outs})")
+    lines.append("{")
+    for t in g.inputs:
+        lines.append(f"  {t.name} = {_external(t)};")
+    labels = g.final_labels(used)
+    for v in g.variables:
+        if id(v.tensor) in used:
+            shape = ", ".join(str(int(d)) for d in v.tensor.shape)
+            lines.append(f"  {v.tensor.name} = variable<{_nnef_type(v.tensor.dtype)}>"
+                         f"(shape = [{shape}], label = {format_value(labels[id(v.tensor)])});")
+    for op in ops:
+        lines.append("  " + _op_line(op) + ";")
+    for name, t in zip(g.output_names, g.outputs):
+        if t.name != name:
+            lines.append(f"  {name} = copy({format_value(t)});")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _name_outputs(g: Graph, ops) -> None:
+    """Rename the tensor producing each output to the output's name when it is free to."""
+    produced = {id(o) for op in ops for o in op.outputs}
+    taken = set()
+    for i, (name, t) in enumerate(zip(g.output_names, g.outputs)):
+        if isinstance(t, Tensor) and id(t) in produced and id(t) not in taken \
+                and t.literal is None:
+            t.name = name
+            taken.add(id(t))
+
+
+def _external(t: Tensor) -> str:
+    shape = ", ".join(format_dim(d) for d in t.shape)
+    if t.dtype == torch.float32:
+        return f"external<scalar>(shape = [{shape}])"
+    if t.dtype == torch.int64:
+        return f"external<integer>(shape = [{shape}])"
+    if t.dtype == torch.bool:
+        return f"external<logical>(shape = [{shape}])"
+    return f"tract_core_external(shape = [{shape}], datum_type = '{dtypes.tract_name(t.dtype)}')"
+
+
+def _nnef_type(dtype: torch.dtype) -> str:
+    if dtype.is_floating_point:
+        return "scalar"
+    if dtype == torch.bool:
+        return "logical"
+    return "integer"
+
+
+def _op_line(op) -> str:
+    args = [format_value(a) for a in op.args]
+    args += [f"{k} = {format_value(v)}" for k, v in op.attrs.items()]
+    call = f"{op.kind}({', '.join(args)})"
+    if len(op.outputs) == 1:
+        return f"{op.outputs[0].name} = {call}"
+    return f"({', '.join(o.name for o in op.outputs)}) = {call}"
+
+
+# ---------------------------------------------------------------------------- .dat
+def dat_header(shape, dtype: torch.dtype, nbytes: int) -> bytes:
+    if len(shape) > 8:
+        raise UsageError(f"tensor of rank {len(shape)}: NNEF files hold rank 8 at most")
+    bits = 1 if dtype == torch.bool else dtypes.numpy_dtype(dtype).itemsize * 8
+    dims = [int(d) for d in shape] + [0] * (8 - len(shape))
+    head = struct.pack("<BBBBII8III", 0x4E, 0xEF, 1, 0, nbytes, len(shape), *dims, bits,
+                       dtypes.dat_code(dtype))
+    return head + b"\0" * (128 - len(head))
+
+
+def dat_payload(data: torch.Tensor):
+    """The raw little-endian bytes of a weight, without copying contiguous storage."""
+    t = data.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.dtype == torch.bool:
+        return np.packbits(t.numpy().reshape(-1)).tobytes()
+    a = t.numpy()
+    if a.dtype.byteorder == ">":
+        a = a.astype(a.dtype.newbyteorder("<"))
+    return memoryview(a.reshape(-1)).cast("B") if a.size else b""
+
+
+def _members(g: Graph, graph_text: bytes):
+    """(name, size, header, payload) for every member, graph.nnef first, then by name."""
+    ops = g.live_ops()
+    used = g.used_tensors(ops)
+    yield "graph.nnef", graph_text, b""
+    labels = g.final_labels(used)
+    vars_: list[Variable] = [v for v in g.variables if id(v.tensor) in used]
+    for v in sorted(vars_, key=lambda v: labels[id(v.tensor)]):
+        name = labels[id(v.tensor)] + ".dat"
+        payload = dat_payload(v.data)
+        yield name, dat_header(v.data.shape, v.data.dtype, len(payload)), payload
+
+
+# ---------------------------------------------------------------------------- output kinds
+def output_kind(path: str) -> str:
+    p = path.lower()
+    if p.endswith(".tgz") or p.endswith(".tar.gz"):
+        return "tgz"
+    if p.endswith(".tar"):
+        return "tar"
+    return "dir"
+
+
+def write(g: Graph, path: str, progress=None) -> int:
+    """Write the archive atomically; returns its size in bytes."""
+    path = os.path.abspath(path)
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        raise UsageError(f"cannot write {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"cannot write {path}: directory {parent} is not writable")
+    graph_text = render_graph(g).encode("utf-8")
+    kind = output_kind(path)
+    base = os.path.basename(path)
+    tmp = None
+    try:
+        if kind == "dir":
+            tmp = tempfile.mkdtemp(prefix=f".{base}.", suffix=".partial", dir=parent)
+            size = _write_dir(g, graph_text, tmp, progress)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
+            os.rename(tmp, path)
+        else:
+            fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".partial", dir=parent)
+            with os.fdopen(fd, "wb") as f:
+                _write_tar(g, graph_text, f, kind == "tgz", progress)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644 & ~_umask())
+            os.replace(tmp, path)
+            size = os.path.getsize(path)
+        tmp = None
+        return size
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    finally:
+        if tmp is not None:
+            if os.path.isdir(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
+            elif os.path.exists(tmp):
+                os.remove(tmp)
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def _write_dir(g: Graph, graph_text: bytes, root: str, progress) -> int:
+    total = 0
+    for name, head, payload in _members(g, graph_text):
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(head)
+            f.write(payload)
+        total += len(head) + len(payload)
+        if progress:
+            progress(len(head) + len(payload))
+    return total
+
+
+class _Concat(io.RawIOBase):
+    """A read-only stream over a header and a payload (no joined copy)."""
+
+    def __init__(self, head: bytes, payload):
+        self._parts = [memoryview(head), memoryview(payload) if payload else memoryview(b"")]
+        self._i = 0
+        self._pos = 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, buf):
+        while self._i < len(self._parts):
+            part = self._parts[self._i]
+            if self._pos < len(part):
+                n = min(len(buf), len(part) - self._pos)
+                buf[:n] = part[self._pos:self._pos + n]
+                self._pos += n
+                return n
+            self._i += 1
+            self._pos = 0
+        return 0
+
+
+def _write_tar(g: Graph, graph_text: bytes, f, gz: bool, progress) -> None:
+    raw = f
+    gzf = None
+    if gz:
+        gzf = gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0, compresslevel=GZIP_LEVEL)
+        raw = gzf
+    with tarfile.open(fileobj=raw, mode="w|", format=tarfile.GNU_FORMAT) as tar:
+        for name, head, payload in _members(g, graph_text):
+            info = tarfile.TarInfo(name)
+            info.size = len(head) + len(payload)
+            info.mtime = 0
+            info.mode = 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BufferedReader(_Concat(head, payload), 1 << 20))
+            if progress:
+                progress(info.size)
+    if gzf is not None:
+        gzf.close()
