@@ -269,9 +269,7 @@ def _logical(kind):
     def fn(g, self, other):
         a = g.cast(g.as_tensor(self, torch.bool), torch.bool)
         b = g.cast(g.as_tensor(other, torch.bool), torch.bool)
-        r = g.binary(kind, a, b, torch.bool) if kind != "xor" else \
-            g.binary("ne", a, b, torch.bool)
-        return r
+        return g.binary("tract_core_xor" if kind == "xor" else kind, a, b, torch.bool)
 
     fn.__name__ = f"logical_{kind}"
     return fn
@@ -304,7 +302,7 @@ def bitwise_or(g, self, other):
 @aten("__xor__", "bitwise_xor")
 def bitwise_xor(g, self, other):
     if g.out_dtype() == torch.bool:
-        return g.binary("ne", self, other, torch.bool)
+        return g.binary("tract_core_xor", self, other, torch.bool)
     return g.binary("tract_core_bitxor", self, other, g.out_dtype())
 
 

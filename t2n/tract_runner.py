@@ -60,10 +60,58 @@ def _summarise(stderr: str) -> str:
     return " | ".join(keep)[:3000] if keep else "(no message)"
 
 
-def _main(argv: list[str]) -> int:
-    archive, inp, out = argv
-    import tract
+class TractWorker:
+    """One long-lived tract child serving many runs (test suites, conformance sweeps).
 
+    Saves the child start-up per run; a crash is reported for the run that caused it and
+    the next run starts a fresh child.
+    """
+
+    def __init__(self, timeout: float = 300):
+        self.timeout = timeout
+        self._proc = None
+        self._dir = tempfile.TemporaryDirectory(prefix="t2n-worker-")
+
+    def _start(self):
+        env = dict(os.environ, RUST_BACKTRACE="0")
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        self._stderr = open(os.path.join(self._dir.name, "stderr.txt"), "w+")
+        self._proc = subprocess.Popen([sys.executable, "-m", "t2n.tract_runner", "--serve"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=self._stderr, text=True, env=env)
+
+    def run(self, archive: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        if self._proc is None or self._proc.poll() is not None:
+            self._start()
+        inp = os.path.join(self._dir.name, "in.npz")
+        out = os.path.join(self._dir.name, "out.npz")
+        np.savez(inp, *[np.asarray(a) for a in inputs])
+        self._proc.stdin.write(f"{archive}\t{inp}\t{out}\n")
+        self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
+        if not line:
+            self._proc.wait()
+            self._stderr.seek(0)
+            msg = _summarise(self._stderr.read())
+            code = self._proc.returncode
+            self._proc = None
+            raise TractRunError(f"tract crashed (exit code {code}): {msg}", crashed=True)
+        if line.startswith("ok"):
+            with np.load(out, allow_pickle=False) as z:
+                return [z[f"arr_{i}"] for i in range(len(z.files))]
+        raise TractRunError(line[4:].strip(), crashed=False)
+
+    def close(self):
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.stdin.close()
+            self._proc.wait(timeout=10)
+        self._proc = None
+        self._dir.cleanup()
+
+
+def _run_one(tract, archive: str, inp: str, out: str) -> str | None:
+    """Run one archive; None on success, else tract's message (a refusal, not a crash)."""
     try:
         with np.load(inp, allow_pickle=False) as z:
             inputs = [z[f"arr_{i}"] for i in range(len(z.files))]
@@ -71,12 +119,28 @@ def _main(argv: list[str]) -> int:
         runnable = model.into_runnable()
         results = runnable.run(inputs)
         arrays = [r.to_numpy() for r in results]
-    except Exception as e:  # tract.TractError and friends: a refusal, not a crash
-        text = str(e)
-        lines = [ln for ln in text.splitlines() if ln.strip()]
-        sys.stderr.write(" | ".join(lines[:8]) + "\n")
-        return LOAD_OR_RUN_ERROR
+    except Exception as e:  # tract.TractError and friends
+        lines = [ln for ln in str(e).splitlines() if ln.strip()]
+        return " | ".join(lines[:8]) or type(e).__name__
     np.savez(out, *arrays)
+    return None
+
+
+def _main(argv: list[str]) -> int:
+    import tract
+
+    if argv == ["--serve"]:
+        for line in sys.stdin:
+            archive, inp, out = line.rstrip("\n").split("\t")
+            err = _run_one(tract, archive, inp, out)
+            sys.stdout.write("ok\n" if err is None else "err " + err.replace("\n", " ") + "\n")
+            sys.stdout.flush()
+        return 0
+    archive, inp, out = argv
+    err = _run_one(tract, archive, inp, out)
+    if err is not None:
+        sys.stderr.write(err + "\n")
+        return LOAD_OR_RUN_ERROR
     return 0
 
 

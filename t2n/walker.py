@@ -316,8 +316,8 @@ class Walker:
         with torch.no_grad():
             result = op(*args, **kwargs)
         # Keep provenance of folded weights (pruning: weight_orig * weight_mask).
-        label = next((self.labels[id(x)] for x in _flat(inputs)
-                      if isinstance(x, torch.Tensor) and id(x) in self.labels), None)
+        label = _pruned_label(name, [self.labels[id(x)] for x in _flat(inputs)
+                                     if isinstance(x, torch.Tensor) and id(x) in self.labels])
         results = list(result) if isinstance(result, (tuple, list)) and \
             len(list(node.outputs())) > 1 else [result]
         for r in results:
@@ -342,7 +342,9 @@ class Walker:
             tname = str(arg.type).replace("Optional[", "").replace("]", "")
             is_list = tname.startswith("List[")
             tname = tname.replace("List[", "")
-            if tname == "Tensor" and not is_list:
+            if tname == "ScalarType" and isinstance(value, int) and not isinstance(value, bool):
+                value = scalar_type(value)
+            elif tname == "Tensor" and not is_list:
                 value = self._tensor_arg(value, ts_value)
             elif tname == "Tensor" and is_list and isinstance(value, list):
                 value = [self._tensor_arg(x, None) if x is not None else None for x in value]
@@ -465,6 +467,33 @@ def _scatter_view(g: Graph, name: str, base: Tensor, src: Tensor, args: list) ->
 
 class _Unsupported(Exception):
     pass
+
+
+def _pruned_label(name: str, labels: list[str]) -> str | None:
+    """The label of a folded tensor: its first labelled input's, except that the product
+    ``<p>.<w>_orig * <p>.<w>_mask`` that a torch.nn.utils.prune hook computes is the weight
+    ``<p>.<w>`` itself (the archive stores that one tensor under its state_dict name)."""
+    if name == "mul" and len(labels) == 2:
+        a, b = sorted(labels, key=lambda s: s.endswith("_mask"))
+        if a.endswith("_orig") and b.endswith("_mask") and a[:-5] == b[:-5]:
+            return a[:-5]
+    return labels[0] if labels else None
+
+
+_SCALAR_TYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                 torch.float32, torch.float64, torch.complex32, torch.complex64,
+                 torch.complex128, torch.bool, None, None, None, torch.bfloat16]
+
+
+def scalar_type(code: int) -> torch.dtype:
+    """TorchScript passes dtypes as ScalarType codes; mappings get torch dtypes."""
+    try:
+        dt = _SCALAR_TYPES[code]
+    except IndexError:
+        dt = None
+    if dt is None:
+        raise _Unsupported(f"dtype code {code} is not supported")
+    return dt
 
 
 def _flat(xs) -> list:

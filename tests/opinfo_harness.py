@@ -1,0 +1,261 @@
+"""Turn PyTorch's OpInfo samples into tiny models, export them, run them in tract, compare.
+
+PyTorch's ``op_db`` holds sample inputs for hundreds of ops, written by people who never saw
+t2n: the best source of cases nobody here thought of. Each sample becomes a module whose
+tensor arguments are runtime inputs and whose other arguments are constants.
+
+Outcomes per sample:
+
+* ``pass``         exported, tract matches torch eager;
+* ``unsupported``  t2n refused with a clear error (fine: never silent);
+* ``mismatch``     tract's numbers differ (a bug, even in an op we did not aim for);
+* ``crash``        tract aborted on the archive (a bug: t2n must never emit such graphs);
+* ``error``        tract refused the archive, or t2n failed with an unexpected exception;
+* ``out_of_scope`` not representable in an NNEF archive for tract (the reason is recorded):
+                   random ops, complex tensors, no tensor output, inputs of a dtype tract lacks,
+                   failures of torch itself on the sample.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from itertools import islice
+
+import numpy as np
+import torch
+
+RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "cauchy",
+                "exponential", "geometric", "log_normal", "uniform", "randperm", "poisson")
+# ops whose result is not a function of their inputs' values
+NON_FUNCTIONAL = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided",
+                  "empty_permuted", "item", "tolist", "allclose", "equal", "is_nonzero",
+                  "nn.functional.feature_alpha_dropout", "bfloat16", "cdouble", "cfloat",
+                  "chalf", "resize_", "resize_as_", "storage", "T", "H", "mT", "mH"}
+
+FAILING = ("mismatch", "crash", "error")
+
+
+@dataclass
+class SampleOutcome:
+    status: str
+    detail: str = ""
+
+
+@dataclass
+class OpOutcome:
+    name: str
+    samples: list = field(default_factory=list)
+
+    @property
+    def in_scope(self) -> bool:
+        return any(s.status != "out_of_scope" for s in self.samples)
+
+    def scoped(self):
+        return [s for s in self.samples if s.status != "out_of_scope"]
+
+    @property
+    def passes_one(self) -> bool:
+        return any(s.status == "pass" for s in self.samples)
+
+    @property
+    def passes_all(self) -> bool:
+        sc = self.scoped()
+        return bool(sc) and all(s.status == "pass" for s in sc)
+
+    @property
+    def failing(self) -> list:
+        return [s for s in self.samples if s.status in FAILING]
+
+
+def op_key(op) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def in_scope_ops():
+    """OpInfo entries with float32 support that are not random."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    out = []
+    for op in op_db:
+        if torch.float32 not in op.supported_dtypes("cpu"):
+            continue
+        if any(w in op.name for w in RANDOM_WORDS) or op.name in NON_FUNCTIONAL:
+            continue
+        out.append(op)
+    return out
+
+
+def samples_of(op, max_samples: int):
+    torch.manual_seed(0)
+    try:
+        return list(islice(op.sample_inputs("cpu", torch.float32, requires_grad=False),
+                           max_samples))
+    except Exception:
+        return []
+
+
+class _Slot:
+    def __init__(self, i):
+        self.i = i
+
+
+def _template(x, tensors: list):
+    """Replace tensors in a nested structure by slots; collect the tensors."""
+    if isinstance(x, torch.Tensor):
+        tensors.append(x)
+        return _Slot(len(tensors) - 1)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_template(v, tensors) for v in x)
+    if isinstance(x, dict):
+        return {k: _template(v, tensors) for k, v in x.items()}
+    return x
+
+
+def _fill(x, values):
+    if isinstance(x, _Slot):
+        return values[x.i]
+    if isinstance(x, (list, tuple)):
+        return type(x)(_fill(v, values) for v in x)
+    if isinstance(x, dict):
+        return {k: _fill(v, values) for k, v in x.items()}
+    return x
+
+
+class SampleModule(torch.nn.Module):
+    """``op(input, *args, **kwargs)`` with every tensor a runtime input."""
+
+    def __init__(self, fn, template):
+        super().__init__()
+        self.fn = fn
+        self.template = template
+
+    def forward(self, *tensors):
+        inp, args, kwargs = _fill(self.template, tensors)
+        return self.fn(inp, *args, **kwargs)
+
+
+def _flat_outputs(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        res = []
+        for o in out:
+            sub = _flat_outputs(o)
+            if sub is None:
+                return None
+            res.extend(sub)
+        return res
+    return None
+
+
+def build_case(op, sample):
+    """(module, input tensors) for a sample, or an out-of-scope reason string."""
+    tensors: list = []
+    template = _template((sample.input, tuple(sample.args), dict(sample.kwargs)), tensors)
+    if not tensors:
+        return "no tensor input"
+    for t in tensors:
+        if t.is_complex() or t.dtype == torch.bfloat16:
+            return f"input dtype {t.dtype}"
+        if t.layout != torch.strided:
+            return "sparse input"
+    tensors = [t.detach().clone() for t in tensors]
+    module = SampleModule(op.op, template)
+    try:
+        with torch.no_grad():
+            out = module(*[t.clone() for t in tensors])
+    except Exception as e:
+        return f"torch fails on the sample: {type(e).__name__}"
+    flat = _flat_outputs(out)
+    if flat is None or not flat:
+        return "no tensor output"
+    for o in flat:
+        if o.is_complex():
+            return "complex output"
+        if o.dtype == torch.bfloat16:
+            return "bfloat16 output"
+    return module, tensors
+
+
+def run_sample(op, sample, worker, workdir: str, rtol=1e-4, atol=1e-5) -> SampleOutcome:
+    import t2n
+    from t2n.api import torch_outputs
+    from t2n.check import compare
+    from t2n.errors import T2NError, TraceError
+    from t2n.tract_runner import TractRunError
+
+    case = build_case(op, sample)
+    if isinstance(case, str):
+        return SampleOutcome("out_of_scope", case)
+    module, tensors = case
+    path = os.path.join(workdir, "case.nnef.tar")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = t2n.export(module, tuple(tensors), path)
+    except TraceError as e:
+        return SampleOutcome("out_of_scope", f"not traceable: {str(e)[:150]}")
+    except T2NError as e:
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        return SampleOutcome("unsupported", " ".join(lines[1:3] if len(lines) > 1 else lines)[:200])
+    except Exception as e:  # a bug in t2n
+        return SampleOutcome("error", f"t2n {type(e).__name__}: {str(e)[:200]}")
+    try:
+        expected = torch_outputs(module, tuple(t.clone() for t in tensors))
+        got = worker.run(path, [t.numpy() for t in tensors])
+    except TractRunError as e:
+        return SampleOutcome("crash" if e.crashed else "error", str(e)[:300])
+    if len(got) != len(expected):
+        return SampleOutcome("mismatch", f"{len(got)} outputs in tract, {len(expected)} in torch")
+    for i, (e_, g_) in enumerate(zip(expected, got)):
+        c = compare(f"output {i}", e_, g_, rtol=rtol, atol=atol)
+        if not c.ok:
+            return SampleOutcome("mismatch", c.line())
+    del result
+    return SampleOutcome("pass")
+
+
+def run_op(op, worker, max_samples: int = 4) -> OpOutcome:
+    outcome = OpOutcome(op_key(op))
+    with tempfile.TemporaryDirectory(prefix="t2n-opinfo-") as d:
+        for sample in samples_of(op, max_samples):
+            outcome.samples.append(run_sample(op, sample, worker, d))
+    if not outcome.samples:
+        outcome.samples.append(SampleOutcome("out_of_scope", "no float32 samples"))
+    return outcome
+
+
+def summary_table(outcomes: list[OpOutcome]) -> str:
+    scoped = [o for o in outcomes if o.in_scope]
+    one = sum(o.passes_one for o in scoped)
+    all_ = sum(o.passes_all for o in scoped)
+    samples = [s for o in scoped for s in o.scoped()]
+    counts = {k: sum(s.status == k for s in samples)
+              for k in ("pass", "unsupported", "mismatch", "crash", "error")}
+    lines = ["| in-scope ops | ops with >= 1 sample right | ops with all samples right | "
+             "samples | pass | unsupported (clear error) | mismatch | crash | error |",
+             "|---|---|---|---|---|---|---|---|---|",
+             f"| {len(scoped)} | {one} | {all_} | {len(samples)} | {counts['pass']} | "
+             f"{counts['unsupported']} | {counts['mismatch']} | {counts['crash']} | "
+             f"{counts['error']} |"]
+    return "\n".join(lines)
+
+
+def per_op_table(outcomes: list[OpOutcome]) -> str:
+    lines = ["| op | samples passing | status | note |", "|---|---|---|---|"]
+    for o in sorted(outcomes, key=lambda o: o.name):
+        sc = o.scoped()
+        if not sc:
+            note = o.samples[0].detail if o.samples else ""
+            lines.append(f"| `{o.name}` | - | out of scope | {note} |")
+            continue
+        n = sum(s.status == "pass" for s in sc)
+        status = "all" if o.passes_all else ("some" if n else "none")
+        bad = next((s for s in sc if s.status != "pass"), None)
+        note = f"{bad.status}: {bad.detail}" if bad else ""
+        note = note.replace("|", "/").replace("\n", " ")[:140]
+        lines.append(f"| `{o.name}` | {n}/{len(sc)} | {status} | {note} |")
+    return "\n".join(lines)
