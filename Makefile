@@ -1,0 +1,30 @@
+# The README's commands: `make demo` and `make test`. Both create .venv (python3 -m venv)
+# on first use and install t2n into it in editable mode with the pins of constraints.txt.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.t2n-installed
+DEMO_OUT ?= out/resnet18.nnef.tgz
+
+.PHONY: all demo test install clean
+
+all: test
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -c constraints.txt -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# Export the ResNet-18-shaped fixture (1x3x224x224), run it in tract, compare with PyTorch.
+demo: $(STAMP)
+	@mkdir -p $(dir $(DEMO_OUT))
+	$(VENV)/bin/t2n export fixtures.models:make_resnet18 -o $(DEMO_OUT) \
+		--input x:1x3x224x224:f32 --check
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) out

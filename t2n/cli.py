@@ -1,0 +1,334 @@
+"""The ``t2n`` command: ``export``, ``check`` (CI manifests) and ``ops``.
+
+Exit codes (the same for every subcommand):
+
+- 0: done (and, with ``--check``, tract matched PyTorch)
+- 1: a check failed: tract's outputs differ from PyTorch's, tract refused or crashed on the
+  archive, or (``t2n check``) at least one model of the manifest did not pass
+- 2: usage error, unreadable or refused model file, bad input spec, unsupported model,
+  unwritable output path
+- 3: internal error in t2n itself (a bug: rerun with ``--debug`` for the traceback)
+- 130: interrupted (Ctrl-C); no partial output is left behind
+
+Errors are printed as one ``t2n: error: ...`` line on stderr (a list of unsupported ops
+adds one indented line per op), never as a Python traceback unless ``--debug`` is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+import warnings
+
+import click
+
+from .errors import CheckFailedError, T2NError, UsageError
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+_STATE = {"debug": bool(os.environ.get("T2N_DEBUG"))}
+
+
+def _err(text: str) -> None:
+    click.echo(text, err=True)
+
+
+def _print_error(prefix: str, message: str) -> None:
+    lines = str(message).strip().splitlines() or [""]
+    _err(f"t2n: {prefix}: {lines[0]}")
+    for line in lines[1:]:
+        _err("  " + line if not line.startswith("  ") else line)
+
+
+class _T2NGroup(click.Group):
+    """A click group that turns every failure into a one-line message and an exit code."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             **extra):
+        try:
+            rv = super().main(args, prog_name or "t2n", complete_var,
+                              standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            _err("t2n: interrupted; nothing was written")
+            sys.exit(EXIT_INTERRUPTED)
+        except click.ClickException as e:
+            hint = ""
+            ctx = getattr(e, "ctx", None)
+            if ctx is not None:
+                hint = f" (see '{ctx.command_path} --help')"
+            _print_error("error", e.format_message() + hint)
+            sys.exit(EXIT_USAGE)
+        except T2NError as e:
+            if _STATE["debug"]:
+                traceback.print_exc()
+            prefix = "check failed" if e.exit_code == EXIT_CHECK_FAILED else "error"
+            _print_error(prefix, str(e))
+            sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            _err("t2n: interrupted; nothing was written")
+            sys.exit(EXIT_INTERRUPTED)
+        except Exception as e:  # a bug in t2n: say so in one line, trace only on request
+            if _STATE["debug"]:
+                traceback.print_exc()
+            text = str(e).strip().splitlines()
+            _err(f"t2n: internal error: {type(e).__name__}: {text[0] if text else ''}")
+            _err("  this is a bug in t2n; rerun with 't2n --debug ...' for the traceback and "
+                 "please report it")
+            sys.exit(EXIT_INTERNAL)
+        sys.exit(rv if isinstance(rv, int) else EXIT_OK)
+
+
+@click.group(cls=_T2NGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")
+@click.version_option(package_name="t2n", prog_name="t2n")
+def cli(debug: bool):
+    """t2n: export PyTorch models to NNEF archives for the tract inference engine.
+
+    \b
+    Export a model and check that tract reproduces PyTorch's outputs:
+      t2n export model.pt -o model.nnef.tgz --input x:1x3x224x224:f32 --check
+    Check every model of a manifest (for CI):
+      t2n check models.toml --junit report.xml
+    List the aten operators t2n converts:
+      t2n ops
+
+    Exit codes: 0 ok, 1 check failed, 2 usage error / unsupported model / bad input,
+    3 internal error (rerun with --debug), 130 interrupted.
+    """
+    if debug:
+        _STATE["debug"] = True
+
+
+# ---------------------------------------------------------------------------- export
+@cli.command("export")
+@click.argument("model", metavar="MODEL")
+@click.option("-o", "--output", "output", required=True, metavar="OUT",
+              help="Archive to write: OUT.tgz (gzip tar), OUT.tar, or a directory.")
+@click.option("-i", "--input", "inputs", multiple=True, metavar="NAME:DIMS:DTYPE",
+              help="One model input, in order: e.g. x:1x3x224x224:f32 or ids:2x16:i64 "
+                   "(repeat for each input; DIMS 'scalar' for rank 0).")
+@click.option("--check", is_flag=True,
+              help="Run the archive in tract and compare with PyTorch (exit 1 on mismatch).")
+@click.option("--dynamic", multiple=True, metavar="NAME:AXIS=SYM",
+              help="Make an input axis a symbol, e.g. x:0=B (repeatable).")
+@click.option("--output-name", "output_names", multiple=True, metavar="NAME",
+              help="Name of each output, in order (default output_0, output_1, ...).")
+@click.option("--int-range", default="0:10", show_default=True, metavar="LO:HI",
+              help="Integer example inputs are drawn from [LO, HI).")
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Seed of the random example inputs.")
+@click.option("--rtol", default=1e-4, show_default=True, type=float,
+              help="Relative tolerance of --check (float outputs).")
+@click.option("--atol", default=1e-5, show_default=True, type=float,
+              help="Absolute tolerance of --check (float outputs).")
+@click.option("--trust-pickle", is_flag=True,
+              help="Allow MODEL to be a pickled nn.Module (torch.save): this runs code "
+                   "from the file, use only on files you trust.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def export_cmd(model, output, inputs, check, dynamic, output_names, int_range, seed, rtol,
+               atol, trust_pickle, quiet, as_json):
+    """Export MODEL to an NNEF archive that tract runs.
+
+    MODEL is a TorchScript file saved with torch.jit.save, or package.module:callable
+    naming a function (or class) that returns an nn.Module, or (nn.Module, example_args).
+    The current directory is importable.
+
+    Example inputs are random tensors made from the --input specs (one per forward()
+    argument, in order); they are only needed for tracing and --check, the archive has the
+    given shapes (except --dynamic axes).
+
+    \b
+    Examples:
+      t2n export resnet.pt -o resnet.nnef.tgz --input x:1x3x224x224:f32 --check
+      t2n export mypkg.models:make_mlp -o mlp.nnef.tgz --input x:8x64:f32 --dynamic x:0=B
+      t2n export mypkg.lm:build -o lm.nnef.tgz --input ids:1x16:i64 --int-range 0:1000
+    """
+    from . import specs
+
+    spec_list = [specs.parse_input_spec(s) for s in inputs]
+    names = [s.name for s in spec_list]
+    if len(set(names)) != len(names):
+        raise UsageError(f"input names must be unique: {', '.join(names)}")
+    lo_hi = specs.parse_int_range(int_range)
+    if rtol < 0 or atol < 0:
+        raise UsageError("--rtol and --atol must be >= 0")
+    _check_output_path(output)
+    if spec_list:
+        args = specs.make_inputs(spec_list, seed=seed, int_range=lo_hi)
+        input_names = names
+    else:
+        args = None
+        input_names = None
+    module, example = specs.load_model(model, trust_pickle=trust_pickle)
+    if args is None:
+        if example is None:
+            raise UsageError("give one --input NAME:DIMS:DTYPE per model input, e.g. "
+                             "--input x:1x3x224x224:f32")
+        args = example
+    dyn_names = input_names or [f"input_{i}" for i in range(len(args))]
+    dynamic_axes = specs.dynamic_axes_from(dynamic, dyn_names)
+    result = run_export(module, args, output, input_names=input_names,
+                        output_names=list(output_names) or None, dynamic_axes=dynamic_axes,
+                        check=check, rtol=rtol, atol=atol, quiet=quiet, as_json=as_json)
+    return EXIT_OK if result is not None else EXIT_CHECK_FAILED
+
+
+def _check_output_path(output: str) -> None:
+    """Fail before tracing (which can take minutes) when OUT cannot be written."""
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        what = "is not a directory" if os.path.exists(parent) else "does not exist"
+        raise UsageError(f"cannot write {output}: {parent} {what}")
+
+
+def run_export(module, args, output, *, quiet=False, as_json=False, **kwargs):
+    """Export with warnings printed as ``t2n: warning:`` lines; prints the report.
+
+    Returns the ExportResult, or None when the check failed (after reporting it)."""
+    from .api import export
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = export(module, args, output, **kwargs)
+            failure = None
+        except CheckFailedError as e:
+            if e.report is None:
+                raise
+            result, failure = e.report, e
+    for w in _dedup(caught):
+        _err(f"t2n: warning: {str(w.message).strip().splitlines()[0]}")
+    if as_json:
+        click.echo(json.dumps(result_dict(result), indent=2))
+    elif not quiet or failure is not None:
+        click.echo(result.report())
+    if failure is not None:
+        _err("t2n: check failed: tract's outputs differ from PyTorch's (see the report above)")
+        return None
+    return result
+
+
+def _dedup(caught):
+    seen = set()
+    for w in caught:
+        key = str(w.message)
+        if key in seen or issubclass(w.category, DeprecationWarning):
+            continue
+        seen.add(key)
+        yield w
+
+
+def result_dict(result) -> dict:
+    """ExportResult as plain JSON data."""
+
+    def info(t):
+        return {"name": t.name, "shape": [d if isinstance(d, int) else str(d) for d in t.shape],
+                "dtype": t.dtype}
+
+    d = {
+        "path": result.path,
+        "inputs": [info(t) for t in result.inputs],
+        "outputs": [info(t) for t in result.outputs],
+        "op_count": result.op_count,
+        "op_histogram": dict(sorted(result.op_histogram.items())),
+        "archive_bytes": result.archive_bytes,
+        "export_seconds": round(result.export_seconds, 3),
+        "warnings": list(result.warnings),
+        "passed": result.passed,
+        "checks": None,
+    }
+    if result.checks is not None:
+        d["checks"] = [{"name": c.name, "ok": c.ok, "max_abs_err": _num(c.max_abs_err),
+                        "max_rel_err": _num(c.max_rel_err), "message": c.message}
+                       for c in result.checks]
+    return d
+
+
+def _num(x: float):
+    """JSON has no NaN/Infinity: write them as strings."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return str(x)
+    return x
+
+
+# ---------------------------------------------------------------------------- ops
+@cli.command("ops")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+def ops_cmd(as_json):
+    """List the aten operators t2n converts (in-place variants such as add_ included)."""
+    from .registry import mapping_module, supported_ops
+
+    ops = supported_ops()
+    rows = [{"name": n, "family": mapping_module(n).rsplit(".", 1)[-1]} for n in ops]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return EXIT_OK
+    width = max((len(r["name"]) for r in rows), default=4)
+    for r in rows:
+        click.echo(f"{r['name']:<{width}}  {r['family']}")
+    click.echo(f"{len(rows)} aten operators (and their in-place variants)")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- check
+@cli.command("check")
+@click.argument("manifest", metavar="MANIFEST")
+@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Models converted in parallel (each in its own process).")
+@click.option("--junit", "junit_path", metavar="FILE", help="Write a JUnit XML report.")
+@click.option("--json", "json_path", metavar="FILE", help="Write a JSON report.")
+@click.option("--only", multiple=True, metavar="NAME", help="Check only these models.")
+@click.option("--keep", "keep_dir", metavar="DIR",
+              help="Keep the exported archives in DIR (default: a temporary directory).")
+@click.option("--trust-pickle", is_flag=True,
+              help="Allow pickled nn.Module files (runs code from them).")
+def check_cmd(manifest, jobs, junit_path, json_path, only, keep_dir, trust_pickle):
+    """Convert every model of MANIFEST, run it in tract and compare with PyTorch.
+
+    MANIFEST is a TOML file with one [[model]] table per model:
+
+    \b
+      pythonpath = ["."]            # optional, relative to the manifest
+      [[model]]
+      name = "resnet18"
+      model = "fixtures.models:make_resnet18"   # or a TorchScript file
+      inputs = ["x:1x3x224x224:f32"]            # or "pkg.mod:fn", or "inputs.npz"
+      dynamic = ["x:0=B"]                       # optional
+      rtol = 1e-4                               # optional, also atol, seed, int_range
+
+    Each model runs in its own process, so a crash fails that model only. Prints a table;
+    exit code 0 only when every model passes, 1 otherwise, 2 for a bad manifest.
+    """
+    from . import checkrun, manifest as manifest_mod
+
+    entries = manifest_mod.load_manifest(manifest)
+    if only:
+        unknown = set(only) - {e.name for e in entries}
+        if unknown:
+            raise UsageError(f"--only names unknown model(s): {', '.join(sorted(unknown))}")
+        entries = [e for e in entries if e.name in only]
+    for path in (junit_path, json_path):
+        if path:
+            _check_output_path(path)
+    if keep_dir and not os.path.isdir(keep_dir):
+        raise UsageError(f"--keep {keep_dir}: not a directory")
+    results = checkrun.run_all(entries, jobs=jobs, keep_dir=keep_dir,
+                               trust_pickle=trust_pickle, progress=_err)
+    click.echo(checkrun.format_table(results))
+    if junit_path:
+        checkrun.write_junit(results, junit_path)
+    if json_path:
+        checkrun.write_json(results, json_path)
+    return EXIT_OK if all(r.status == "pass" for r in results) else EXIT_CHECK_FAILED
+
+
+def main(argv=None) -> None:
+    """Console-script entry point."""
+    cli.main(args=argv, prog_name="t2n")
+
+
+if __name__ == "__main__":
+    main()
