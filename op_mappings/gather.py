@@ -1,0 +1,175 @@
+"""Gather-style reads: index_select, take, take_along_dim, gather, embedding, masked_fill.
+
+Lowered to ``tract_core_gather`` (numpy ``take``: negative indices allowed) and
+``tract_core_gather_elements`` (``torch.gather``: negative indices allowed, an index smaller
+than the input on the other axes allowed). Indices are usually runtime tensors, so their
+values cannot be checked here; PyTorch itself rejects out-of-range indices, so a model that
+runs in PyTorch never feeds tract one (which would abort it). Constant indices are checked at
+export time. Every lowering is a fixed handful of ops, whatever the number of indices.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from t2n.registry import aten
+
+INDEX_DTYPES = (torch.int64, torch.int32)
+
+
+def numel(shape) -> object:
+    """The element count of ``shape`` (an int, or a sympy expression for symbolic axes)."""
+    n = 1
+    for d in shape:
+        n = n * d
+    return n
+
+
+def flatten_all(g, t):
+    """``t.reshape(-1)``, written with ``-1`` so that it follows symbolic axes."""
+    if t.rank == 1:
+        return t
+    if t.is_const:
+        return g.const(t.value.reshape(-1))
+    return g.op("reshape", t, shape=[-1], out_shape=[numel(t.shape)])
+
+
+def dim_size(g, t, axis: int, dtype: torch.dtype):
+    """The size of ``t`` along ``axis`` as a rank-0 tensor of ``dtype`` (read at run time
+    when the axis is symbolic)."""
+    n = t.shape[axis]
+    if isinstance(n, int):
+        return g.scalar(n, dtype)
+    size = g.gather(g.shape_of(t), g.scalar(axis, torch.int64), 0)
+    return g.cast(size, dtype)
+
+
+def check_const_indices(g, what: str, index, size) -> None:
+    """A constant index out of ``[-size, size)`` would abort tract: refuse it here."""
+    if not index.is_const or not isinstance(size, int) or index.value.numel() == 0:
+        return
+    v = index.value
+    if bool((v < -size).any()) or bool((v >= size).any()):
+        raise g.error(f"{what}: index {int(v.min())}..{int(v.max())} out of range for an axis "
+                      f"of size {size}")
+
+
+def wrap_negative(g, index, size_of, axis: int):
+    """``index`` with negative entries counted from the end of axis ``axis`` of ``size_of``
+    (for ops such as ``tract_core_gather_nd`` that abort on negative indices)."""
+    if index.is_const:
+        n = size_of.shape[axis]
+        if isinstance(n, int):
+            return g.const(torch.where(index.value < 0, index.value + n, index.value),
+                           index.dtype)
+        if not bool((index.value < 0).any()):
+            return index
+    n = dim_size(g, size_of, axis, index.dtype)
+    negative = g.binary("lt", index, g.scalar(0, index.dtype), out_dtype=torch.bool)
+    shifted = g.binary("add", index, n)
+    return g.op("select", negative, shifted, index, out_dtype=index.dtype,
+                out_shape=index.shape)
+
+
+def _check_index_dtype(g, what: str, index, allowed=INDEX_DTYPES):
+    if index.dtype not in allowed:
+        names = " or ".join(str(d).replace("torch.", "") for d in allowed)
+        raise g.error(f"{what}: indices must be {names}, got {index.dtype}")
+
+
+@aten("index_select")
+def index_select(g, self, dim, index):
+    _check_index_dtype(g, "index", index)
+    if self.rank == 0:
+        # a scalar accepts index 0 only: the result is the scalar itself
+        check_const_indices(g, "index", index, 1)
+        return g.reshape(g.gather(g.reshape(self, [1]), flatten_all(g, index), 0), [])
+    axis = dim % self.rank
+    check_const_indices(g, "index", index, self.shape[axis])
+    if index.rank == 0:
+        index = g.reshape(index, [1])
+    return g.gather(self, index, axis)
+
+
+@aten("take")
+def take(g, self, index):
+    _check_index_dtype(g, "index", index, (torch.int64,))
+    flat = flatten_all(g, self) if self.rank else g.reshape(self, [1])
+    check_const_indices(g, "index", index, flat.shape[0])
+    return g.gather(flat, index, 0)
+
+
+@aten("take_along_dim")
+def take_along_dim(g, self, indices, dim=None):
+    _check_index_dtype(g, "indices", indices, (torch.int64,))
+    if dim is None:
+        return take(g, self, flatten_all(g, indices) if indices.rank else
+                    g.reshape(indices, [1]))
+    if self.rank != indices.rank:
+        raise g.error(f"indices: rank {indices.rank} differs from input rank {self.rank}")
+    if self.rank == 0:
+        return gather(g, self, 0, indices)
+    axis = dim % self.rank
+    others = [d for i, d in enumerate(self.shape) if i != axis]
+    idx_others = [d for i, d in enumerate(indices.shape) if i != axis]
+    common = list(_broadcast(g, others, idx_others))
+    self_shape = common[:axis] + [self.shape[axis]] + common[axis:]
+    idx_shape = common[:axis] + [indices.shape[axis]] + common[axis:]
+    return gather(g, g.broadcast_to(self, self_shape), axis,
+                  g.broadcast_to(indices, idx_shape))
+
+
+def _broadcast(g, a, b):
+    out = []
+    for x, y in zip(a, b):
+        if isinstance(x, int) and x == 1:
+            out.append(y)
+        elif isinstance(y, int) and y == 1 or x == y:
+            out.append(x)
+        else:
+            raise g.error(f"indices: shape {list(b)} does not broadcast with {list(a)}")
+    return out
+
+
+@aten("gather")
+def gather(g, self, dim, index, sparse_grad=False):
+    _check_index_dtype(g, "index", index, (torch.int64,))
+    if self.rank == 0 or index.rank == 0:
+        # torch allows a rank-0 input or index (of matching rank): go through rank 1
+        one = gather(g, g.reshape(self, [1]) if self.rank == 0 else self, dim,
+                     g.reshape(index, [1]) if index.rank == 0 else index)
+        return g.reshape(one, list(index.shape))
+    axis = dim % self.rank
+    check_const_indices(g, "index", index, self.shape[axis])
+    return g.op("tract_core_gather_elements", self, index, axis=axis, out_dtype=self.dtype,
+                out_shape=list(index.shape))
+
+
+@aten("embedding")
+def embedding(g, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """``weight[indices]``; ``padding_idx`` only affects gradients."""
+    _check_index_dtype(g, "indices", indices)
+    check_const_indices(g, "indices", indices, weight.shape[0])
+    return g.gather(weight, indices, 0)
+
+
+@aten("masked_fill")
+def masked_fill(g, self, mask, value):
+    """``where(mask, value, self)``: the value takes self's dtype (a float into an int tensor
+    truncates, as in PyTorch); the mask broadcasts."""
+    if mask.dtype != torch.bool:
+        raise g.error(f"mask: must be bool, got {mask.dtype}")
+    if hasattr(value, "rank") and value.rank != 0:
+        raise g.error(f"value: must be a number or a 0-dim tensor, got rank {value.rank}")
+    value = g.as_tensor(value, self.dtype)
+    rank = max(self.rank, mask.rank)
+    shape = _out_shape(self.shape, mask.shape)
+    mask, self_ = g.unsqueeze_to_rank(mask, rank), g.unsqueeze_to_rank(self, rank)
+    value = g.unsqueeze_to_rank(value, rank)
+    return g.op("select", mask, value, self_, out_dtype=self.dtype, out_shape=shape)
+
+
+def _out_shape(a, b):
+    from t2n.builder import broadcast_shapes
+
+    return broadcast_shapes(a, b)
