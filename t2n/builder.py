@@ -61,6 +61,22 @@ class Tensor:
         return f"Tensor({self.name}, {list(self.shape)}, {self.dtype})"
 
 
+class Unavailable:
+    """An output a mapping does not compute (e.g. embedding_bag's offset2bag).
+
+    Harmless while nothing uses it; the walker reports ``op: reason`` at the first node
+    (or model output) that consumes it, so unused extra outputs never block an export."""
+
+    __slots__ = ("op", "reason")
+
+    def __init__(self, op: str, reason: str):
+        self.op = op
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"Unavailable({self.op}: {self.reason})"
+
+
 @dataclass
 class Op:
     kind: str
@@ -113,21 +129,36 @@ def format_dim(d: Dim) -> str:
 
 
 def dim_expr_text(expr) -> str:
-    """A sympy expression over tract symbols, spelled the way tract's TDim parser reads it."""
+    """A sympy expression over tract symbols, spelled the way tract's TDim parser reads it.
+
+    tract reads integers, symbols, ``+``, ``*``, ``/k`` (floor division by a positive
+    integer), ``max(a,b)``, ``min(a,b)`` and parentheses (probed on tract 0.23.9); ``a-b`` is
+    written ``a+-1*b``. Anything else (a fraction outside a floor, ``%``) is refused."""
     import sympy
 
-    if isinstance(expr, sympy.Integer):
+    if isinstance(expr, (int, sympy.Integer)):
         return str(int(expr))
     if isinstance(expr, sympy.Symbol):
         return expr.name
-    if isinstance(expr, sympy.floor) and isinstance(expr.args[0], sympy.Mul):
-        num, den = expr.args[0].as_numer_denom()
-        if den.is_Integer:
-            return f"({dim_expr_text(num)})/{int(den)}"
+    if isinstance(expr, (sympy.floor, sympy.ceiling)):
+        num, den = sympy.together(expr.args[0]).as_numer_denom()
+        if den.is_Integer and int(den) > 0:
+            if isinstance(expr, sympy.ceiling):
+                num = sympy.expand(num + int(den) - 1)
+            return f"({dim_expr_text(num)})/{int(den)}" if den != 1 else dim_expr_text(num)
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        fn = "max" if isinstance(expr, sympy.Max) else "min"
+        text = dim_expr_text(expr.args[0])
+        for a in expr.args[1:]:
+            text = f"{fn}({text},{dim_expr_text(a)})"
+        return text
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
+        return "(" + "*".join([dim_expr_text(expr.base)] * int(expr.exp)) + ")"
     if isinstance(expr, sympy.Add):
         parts = [dim_expr_text(a) for a in expr.args]
         return "(" + "+".join(parts) + ")"
-    if isinstance(expr, sympy.Mul):
+    if isinstance(expr, sympy.Mul) and all(not (a.is_Rational and not a.is_Integer)
+                                           for a in expr.args):
         return "*".join(dim_expr_text(a) for a in expr.args)
     raise ConversionError("shape", f"symbolic dimension {expr} cannot be written for tract")
 
@@ -225,6 +256,10 @@ class Graph:
         op = self.node.op if self.node else "?"
         return ConversionError(op, message)
 
+    def unavailable(self, reason: str) -> Unavailable:
+        """A placeholder for an output this mapping does not compute (see Unavailable)."""
+        return Unavailable(self.node.op if self.node else "?", reason)
+
     # ------------------------------------------------------------------ declarations
     def add_input(self, name: str, shape: Sequence[Dim], dtype: torch.dtype) -> Tensor:
         t = Tensor(name, shape, dtype)
@@ -308,7 +343,8 @@ class Graph:
         if t.dtype.is_floating_point:
             if np.isnan(a).any():
                 return None
-            a32 = a.astype(np.float32)
+            with np.errstate(over="ignore"):
+                a32 = a.astype(np.float32)
             if t.dtype == torch.float64 and not np.array_equal(a32.astype(np.float64), a):
                 return None
             text = _literal_array(a32, lambda v: format_float(float(v)))
@@ -332,8 +368,18 @@ class Graph:
         """A rank-0 constant of exactly ``dtype``."""
         if isinstance(value, Tensor):
             return self.cast(value, dtype)
-        return self.const(torch.tensor(value).to(dtype) if not isinstance(value, torch.Tensor)
-                          else value.to(dtype))
+        if _is_sym(value):
+            return self.dim_scalar(value, dtype)
+        if isinstance(value, torch.Tensor):
+            return self.const(value.to(dtype))
+        return self.const(torch.tensor(value, dtype=dtype))
+
+    def dim_scalar(self, expr, dtype: torch.dtype = torch.int64) -> Tensor:
+        """A rank-0 tensor holding a (symbolic) size, evaluated by tract at run time:
+        ``tract_core_cast(2*S+1, to = 'i64')`` (a dim literal is a TDim, never i64)."""
+        t = self.op("tract_core_cast", _SymDim(expr), to="i64", out_dtype=torch.int64,
+                    out_shape=())
+        return self.cast(t, dtype)
 
     # ------------------------------------------------------------------ ops
     def op(self, kind: str, *args, out_dtype: torch.dtype | None = None, out_shape=None,
@@ -375,8 +421,6 @@ class Graph:
         """Leading unit axes up to ``rank`` (tract broadcasts from the end otherwise)."""
         if t.rank >= rank:
             return t
-        if t.rank == 0 and t.literal is not None:
-            return t  # a rank-0 literal broadcasts against any rank in tract
         missing = rank - t.rank
         if t.is_const:
             return self.reshaped_const(t, (1,) * missing + tuple(t.value.shape))
@@ -391,7 +435,11 @@ class Graph:
         a = self.as_tensor(a, dtype)
         b = self.as_tensor(b, dtype)
         rank = max(a.rank, b.rank)
-        a, b = self.unsqueeze_to_rank(a, rank), self.unsqueeze_to_rank(b, rank)
+        # a rank-0 literal broadcasts against any rank in tract's binary ops
+        if not (a.rank == 0 and a.literal is not None):
+            a = self.unsqueeze_to_rank(a, rank)
+        if not (b.rank == 0 and b.literal is not None):
+            b = self.unsqueeze_to_rank(b, rank)
         return self.op(kind, a, b, out_dtype=out_dtype or dtype)
 
     def unary(self, kind: str, x: Tensor, **attrs) -> Tensor:
@@ -561,6 +609,12 @@ def _ceil_div(n, k):
     import sympy
 
     return sympy.ceiling(sympy.sympify(n) / k)
+
+
+def _is_sym(x) -> bool:
+    import sympy
+
+    return isinstance(x, sympy.Basic) and not x.is_number
 
 
 def _python_dtype(value) -> torch.dtype:

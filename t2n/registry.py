@@ -19,7 +19,9 @@ def aten(*names: str):
 
     def register(fn: Callable) -> Callable:
         for name in names:
-            if name in _MAPPINGS and _MAPPINGS[name] is not fn:
+            old = _MAPPINGS.get(name)
+            if old is not None and (old.__module__, old.__qualname__) != \
+                    (fn.__module__, fn.__qualname__):
                 raise RuntimeError(f"aten::{name} registered twice ({_MAPPINGS[name].__module__}"
                                    f" and {fn.__module__})")
             _MAPPINGS[name] = fn

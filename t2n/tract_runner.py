@@ -120,8 +120,10 @@ def _run_one(tract, archive: str, inp: str, out: str) -> str | None:
         results = runnable.run(inputs)
         arrays = [r.to_numpy() for r in results]
     except Exception as e:  # tract.TractError and friends
-        lines = [ln for ln in str(e).splitlines() if ln.strip()]
-        return " | ".join(lines[:8]) or type(e).__name__
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        if len(lines) > 6:  # keep the context and the root cause of tract's error chain
+            lines = lines[:1] + ["..."] + lines[-4:]
+        return " | ".join(lines) or type(e).__name__
     np.savez(out, *arrays)
     return None
 
