@@ -162,9 +162,15 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     if unknown:
         raise UsageError(f"unknown export option(s): {', '.join(sorted(unknown))}")
 
+    from .progress import Bar, for_export
     from .writer import write
 
-    size = write(g, f, progress=options.get("progress"))
+    bar = for_export(options.get("progress"), quiet=bool(options.get("quiet")), started=t0)
+    try:
+        size = write(g, f, progress=bar)
+    finally:
+        if isinstance(bar, Bar):
+            bar.close()
     result = ExportResult(
         path=f,
         inputs=[TensorInfo(t.name, list(t.shape), dtypes.tract_name(t.dtype)) for t in inputs],
@@ -187,7 +193,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
 
 # Graph passes (e.g. channel compaction) register here: fn(graph, model=, args=, options=).
 _GRAPH_PASSES: list = []
-_KNOWN_OPTIONS = {"progress"}
+_KNOWN_OPTIONS = {"progress", "quiet"}  # progress: None (auto) | bool | callable(nbytes)
 
 
 def register_graph_pass(fn, options: tuple[str, ...] = ()):

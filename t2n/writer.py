@@ -8,8 +8,6 @@ own storage into the archive, one at a time, without copies of the model.
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
 import shutil
 import struct
@@ -22,9 +20,10 @@ import torch
 from . import dtypes
 from .builder import Graph, Tensor, Variable, format_dim, format_value
 from .errors import UsageError
+from .gzstream import GzipStream
 
 GRAPH_NAME = "network"
-GZIP_LEVEL = 1  # float weights barely compress; level 1 keeps .tgz close to .tar speed
+WRITE_SLICE = 1 << 24  # bytes per write call when reporting progress
 
 
 # ---------------------------------------------------------------------------- graph.nnef
@@ -120,8 +119,22 @@ def dat_payload(data: torch.Tensor):
     return memoryview(a.reshape(-1)).cast("B") if a.size else b""
 
 
+def payload_bytes(g: Graph, graph_text: bytes) -> int:
+    """Bytes of graph.nnef plus every .dat file (the total a progress display counts to)."""
+    used = g.used_tensors(g.live_ops())
+    total = len(graph_text)
+    for v in g.variables:
+        if id(v.tensor) in used:
+            n = v.data.numel()
+            n = (n + 7) // 8 if v.data.dtype == torch.bool else n * v.data.element_size()
+            total += 128 + n
+    return total
+
+
 def _members(g: Graph, graph_text: bytes):
-    """(name, size, header, payload) for every member, graph.nnef first, then by name."""
+    """(name, .dat header, payload) for every member, graph.nnef first, then by name.
+
+    Lazy: each payload is a view of its weight, made when the member is reached."""
     ops = g.live_ops()
     used = g.used_tensors(ops)
     yield "graph.nnef", graph_text, b""
@@ -153,6 +166,8 @@ def write(g: Graph, path: str, progress=None) -> int:
         raise UsageError(f"cannot write {path}: directory {parent} is not writable")
     graph_text = render_graph(g).encode("utf-8")
     kind = output_kind(path)
+    if progress is not None and hasattr(progress, "start"):
+        progress.start(payload_bytes(g, graph_text))
     base = os.path.basename(path)
     tmp = None
     try:
@@ -196,53 +211,58 @@ def _write_dir(g: Graph, graph_text: bytes, root: str, progress) -> int:
     for name, head, payload in _members(g, graph_text):
         with open(os.path.join(root, name), "wb") as f:
             f.write(head)
-            f.write(payload)
+            _copy(f, payload, progress, len(head))
         total += len(head) + len(payload)
-        if progress:
-            progress(len(head) + len(payload))
     return total
 
 
-class _Concat(io.RawIOBase):
-    """A read-only stream over a header and a payload (no joined copy)."""
+def _copy(sink, payload, progress, already: int = 0) -> None:
+    """Write ``payload`` in slices of a memoryview (no copies), reporting bytes as they go."""
+    if not progress:
+        if len(payload):
+            sink.write(payload)
+        return
+    if already:
+        progress(already)
+    view = memoryview(payload)
+    for i in range(0, len(view), WRITE_SLICE):
+        part = view[i:i + WRITE_SLICE]
+        sink.write(part)
+        progress(len(part))
 
-    def __init__(self, head: bytes, payload):
-        self._parts = [memoryview(head), memoryview(payload) if payload else memoryview(b"")]
-        self._i = 0
-        self._pos = 0
 
-    def readable(self):
-        return True
-
-    def readinto(self, buf):
-        while self._i < len(self._parts):
-            part = self._parts[self._i]
-            if self._pos < len(part):
-                n = min(len(buf), len(part) - self._pos)
-                buf[:n] = part[self._pos:self._pos + n]
-                self._pos += n
-                return n
-            self._i += 1
-            self._pos = 0
-        return 0
+def _tar_header(name: str, size: int) -> bytes:
+    """A GNU tar header with fixed owner, mode and time (reproducible archives)."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape")
 
 
 def _write_tar(g: Graph, graph_text: bytes, f, gz: bool, progress) -> None:
-    raw = f
-    gzf = None
-    if gz:
-        gzf = gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0, compresslevel=GZIP_LEVEL)
-        raw = gzf
-    with tarfile.open(fileobj=raw, mode="w|", format=tarfile.GNU_FORMAT) as tar:
+    """Tar (optionally gzip) stream: headers are built here so that each weight goes from its
+    own storage to the file (or the compressor) by reference, never through a copy."""
+    sink = GzipStream(f) if gz else f
+    try:
+        offset = 0
         for name, head, payload in _members(g, graph_text):
-            info = tarfile.TarInfo(name)
-            info.size = len(head) + len(payload)
-            info.mtime = 0
-            info.mode = 0o644
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            tar.addfile(info, io.BufferedReader(_Concat(head, payload), 1 << 20))
-            if progress:
-                progress(info.size)
-    if gzf is not None:
-        gzf.close()
+            size = len(head) + len(payload)
+            tar_head = _tar_header(name, size)
+            sink.write(tar_head + head)
+            _copy(sink, payload, progress, len(head))
+            pad = -size % tarfile.BLOCKSIZE
+            if pad:
+                sink.write(b"\0" * pad)
+            offset += len(tar_head) + size + pad
+        # end of archive: two zero blocks, then zero-fill to a whole record (as tarfile does)
+        offset += 2 * tarfile.BLOCKSIZE
+        sink.write(b"\0" * (2 * tarfile.BLOCKSIZE + (-offset % tarfile.RECORDSIZE)))
+    except BaseException:
+        if gz:
+            sink.abort()
+        raise
+    if gz:
+        sink.close()

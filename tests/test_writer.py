@@ -1,0 +1,247 @@
+"""The writer: archives tract loads, byte-reproducible, streamed without copies of weights;
+the parallel gzip stream; the progress display and when it stays quiet."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import tarfile
+import tracemalloc
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+import t2n
+from t2n import gzstream, progress
+from t2n.testing import assert_exports
+from t2n.writer import output_kind
+
+KINDS = ["model.nnef", "model.nnef.tar", "model.nnef.tgz"]
+
+
+class _MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(300, 700)
+        self.b = torch.nn.Linear(700, 5)
+        self.register_buffer("mask", torch.arange(5) % 2 == 0)  # bool .dat (bit-packed)
+
+    def forward(self, x):
+        y = self.b(torch.relu(self.a(x)))
+        return torch.where(self.mask, y, -y)
+
+
+@pytest.mark.parametrize("filename", KINDS, ids=["dir", "tar", "tgz"])
+def test_archive_runs_in_tract(filename):
+    assert_exports(_MLP().eval(), (torch.randn(2, 300),), filename=filename)
+
+
+def _export(tmp_path, name, model=None, **kw):
+    model = model or _MLP().eval()
+    torch.manual_seed(0)
+    path = tmp_path / name
+    r = t2n.export(model, (torch.randn(2, 300),), str(path), **kw)
+    return path, r
+
+
+def test_tgz_is_gzip_of_tar_and_reproducible(tmp_path):
+    model = _MLP().eval()
+    tar, rt = _export(tmp_path, "m.tar", model)
+    tgz1, rz = _export(tmp_path, "m1.tgz", model)
+    tgz2, _ = _export(tmp_path, "m2.nnef.tar.gz", model)
+    assert tgz1.read_bytes() == tgz2.read_bytes()
+    assert gzip.decompress(tgz1.read_bytes()) == tar.read_bytes()
+    assert rt.archive_bytes == os.path.getsize(tar) and rt.archive_bytes % 10240 == 0
+    assert rz.archive_bytes < rt.archive_bytes
+    with tarfile.open(tar) as t:
+        members = t.getmembers()
+        names = [m.name for m in members]
+        assert names[0] == "graph.nnef" and names[1:] == sorted(names[1:])
+        assert all(m.mtime == 0 and m.uid == 0 and m.mode == 0o644 for m in members)
+        w = t.extractfile("a.weight.dat").read()
+    expected = model.a.weight.detach().numpy().tobytes()
+    assert len(w) == 128 + len(expected) and w[128:] == expected
+
+
+def test_directory_matches_tar_members(tmp_path):
+    model = _MLP().eval()
+    d, rd = _export(tmp_path, "m.nnef", model)
+    tar, _ = _export(tmp_path, "m.tar", model)
+    with tarfile.open(tar) as t:
+        for m in t.getmembers():
+            assert (d / m.name).read_bytes() == t.extractfile(m).read(), m.name
+    assert rd.archive_bytes == sum(p.stat().st_size for p in d.iterdir())
+
+
+def test_long_member_name_round_trips(tmp_path):
+    class Deep(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_parameter("w" * 120, torch.nn.Parameter(torch.randn(20, 20)))
+
+        def forward(self, x):
+            return x @ getattr(self, "w" * 120)
+
+    assert_exports(Deep().eval(), (torch.randn(3, 20),), filename="m.tgz")
+
+
+@pytest.mark.parametrize("kind", ["tar", "tgz", "dir"])
+def test_weights_stream_without_copies(tmp_path, kind):
+    """Writing a 64 MB weight allocates a few MB at most (numpy and bytes allocations are seen
+    by tracemalloc): each weight goes to the file by reference, never through tobytes()."""
+    big = torch.nn.Linear(4096, 4096, bias=False).eval()
+    path = tmp_path / {"tar": "m.tar", "tgz": "m.tgz", "dir": "m.nnef"}[kind]
+    x = torch.randn(1, 4096)
+    tracemalloc.start()
+    try:
+        t2n.export(big, (x,), str(path), progress=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    weight = 4096 * 4096 * 4
+    limit = 8 * gzstream.PIECE if kind == "tgz" else 4 << 20
+    assert peak < limit, f"{kind}: peak traced allocation {peak / 1e6:.1f} MB for a " \
+                         f"{weight / 1e6:.0f} MB weight"
+
+
+def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
+    from t2n import writer
+
+    def boom(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer, "dat_payload", boom)
+    for name in ("m.tgz", "m.tar", "m.nnef"):
+        with pytest.raises(t2n.UsageError, match="No space left"):
+            _export(tmp_path, name)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("path,kind", [("a.tgz", "tgz"), ("a.TAR.GZ", "tgz"), ("a.tar", "tar"),
+                                       ("a.nnef", "dir"), ("a", "dir")])
+def test_output_kind(path, kind):
+    assert output_kind(path) == kind
+
+
+# ------------------------------------------------------------------------------- gzip stream
+def _gz(chunks, threads):
+    buf = io.BytesIO()
+    s = gzstream.GzipStream(buf, threads=threads)
+    for c in chunks:
+        s.write(c)
+    s.close()
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_gzip_stream_round_trips(threads):
+    rng = np.random.default_rng(0)
+    big = rng.standard_normal(3 * gzstream.PIECE // 4 + 17).astype(np.float32)  # 3 pieces + tail
+    chunks = [b"head", memoryview(big), b"", np.zeros(100_000, np.uint8), b"x" * 70_000, b"t"]
+    out = _gz(chunks, threads)
+    data = b"".join(bytes(memoryview(c).cast("B")) for c in chunks)
+    assert gzip.decompress(out) == data
+    d = zlib.decompressobj(wbits=31)  # one gzip member, nothing after it
+    assert d.decompress(out) == data and d.eof and d.unused_data == b""
+    assert out == _gz(chunks, 1 if threads > 1 else 2), "output depends on the thread count"
+
+
+def test_gzip_stream_empty_and_compresses_zero_runs():
+    assert gzip.decompress(_gz([], 2)) == b""
+    zeros = np.zeros(1 << 22, np.float32)
+    assert len(_gz([zeros], 2)) < zeros.nbytes / 100
+
+
+# ------------------------------------------------------------------------------- progress
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+class _Tty(io.StringIO):
+    def __init__(self, tty):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+def test_bar_waits_for_delay_then_draws_bytes():
+    clock, out = _Clock(), _Tty(True)
+    bar = progress.Bar(stream=out, delay=2.0, clock=clock)
+    bar.start(400_000_000)
+    clock.t = 1.0
+    bar(100_000_000)
+    assert out.getvalue() == ""  # a fast export shows nothing
+    clock.t = 2.5
+    bar(100_000_000)
+    assert "50%" in out.getvalue() and "200.0 MB/400.0 MB" in out.getvalue()
+    bar.close()
+    assert out.getvalue().endswith("\n")
+
+
+def test_bar_silent_when_export_is_fast():
+    clock, out = _Clock(), _Tty(True)
+    bar = progress.Bar(stream=out, clock=clock)
+    bar.start(10)
+    bar(10)
+    bar.close()
+    assert out.getvalue() == ""
+
+
+@pytest.mark.parametrize("env,tty,expected", [
+    ({}, True, True), ({}, False, False), ({"CI": "true"}, True, False),
+    ({"CI": "1"}, True, False), ({"CI": "0"}, True, True), ({"CI": ""}, True, True)])
+def test_auto_mode_terminal_only_and_not_in_ci(monkeypatch, env, tty, expected):
+    monkeypatch.delenv("CI", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr("sys.stderr", _Tty(tty))
+    assert isinstance(progress.for_export(None), progress.Bar) is expected
+    assert progress.for_export(None, quiet=True) is None
+
+
+def test_explicit_options(monkeypatch):
+    monkeypatch.setenv("CI", "true")
+    assert isinstance(progress.for_export(True), progress.Bar)
+    assert progress.for_export(True, quiet=True) is None
+    assert progress.for_export(False) is None
+    fn = lambda n: None  # noqa: E731
+    assert progress.for_export(fn) is fn
+    with pytest.raises(t2n.UsageError, match="progress"):
+        progress.for_export("yes")
+
+
+@pytest.mark.parametrize("filename", KINDS, ids=["dir", "tar", "tgz"])
+def test_export_reports_every_byte(tmp_path, filename):
+    class Counter:
+        def __init__(self):
+            self.total, self.done, self.calls = None, 0, 0
+
+        def start(self, total):
+            self.total = total
+
+        def __call__(self, n):
+            self.done += n
+            self.calls += 1
+
+    c = Counter()
+    _, r = _export(tmp_path, filename, progress=c)
+    assert c.total == c.done > 700 * 300 * 4 and c.calls >= 5
+    if filename.endswith("nnef"):
+        assert c.done == r.archive_bytes
+
+
+def test_export_quiet_option_draws_nothing(tmp_path, monkeypatch, capfd):
+    monkeypatch.setattr(progress, "DELAY", 0.0)
+    _export(tmp_path, "m.tar", quiet=True, progress=True)
+    assert "t2n: writing" not in capfd.readouterr().err
+    _export(tmp_path, "m2.tar", progress=True)
+    assert "t2n: writing" in capfd.readouterr().err
