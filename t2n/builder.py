@@ -353,6 +353,8 @@ class Graph:
             return f"tract_core_cast({text}, to = '{dtypes.tract_name(t.dtype)}')"
         if not dtypes.supported(t.dtype):
             return None
+        if a.ndim > 0 and (int(a.min()) < -2 ** 31 or int(a.max()) >= 2 ** 31):
+            return None  # tract reads integer *array* literals as i32 (wraps); use a .dat
         text = _literal_array(a, lambda v: str(int(v)))
         return f"tract_core_cast({text}, to = '{dtypes.tract_name(t.dtype)}')"
 
