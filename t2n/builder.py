@@ -434,6 +434,12 @@ class Graph:
         brought to equal rank first."""
         if dtype is None:
             dtype = _result_type(a, b)
+        if dtype == torch.bool and kind in ("eq", "ne"):
+            # tract compares numbers only: bool equality is (not) xor
+            x = self.binary("tract_core_xor", a, b, torch.bool)
+            return x if kind == "ne" else self.op("not", x, out_dtype=torch.bool)
+        if dtype == torch.bool and kind in ("lt", "gt", "le", "ge"):
+            dtype = torch.uint8
         a = self.as_tensor(a, dtype)
         b = self.as_tensor(b, dtype)
         rank = max(a.rank, b.rank)
@@ -521,6 +527,21 @@ class Graph:
         """The runtime shape of ``t`` as an i64 vector (symbolic axes stay symbolic)."""
         s = self.op("tract_core_shape_of", t, out_shape=[t.rank], out_dtype=torch.int64)
         return self.op("tract_core_cast", s, to="i64", out_dtype=torch.int64)
+
+    def arange(self, n: Dim, dtype: torch.dtype = torch.int64) -> Tensor:
+        """``[0, 1, ..., n-1]`` where ``n`` may be symbolic.
+
+        A static ``n`` gives ``tract_core_range`` (folded to a constant). A symbolic one is
+        an exclusive cumsum of ones: tract 0.23.9 rewrites comparisons of symbolic
+        ``tract_core_range`` outputs (``j <= i`` causal masks) into region splits that fail at
+        run time ("Undetermined symbol in expression"), and a cumsum is opaque to that."""
+        if isinstance(n, int):
+            r = self.op("tract_core_range", 0, n, 1, out_dtype=torch.int64, out_shape=[n])
+        else:
+            ones = self.broadcast_to(self.scalar(1, torch.int64), [n])
+            r = self.op("tract_core_cumsum", ones, axis=0, exclusive=True, reverse=False,
+                        out_dtype=torch.int64, out_shape=[n])
+        return self.cast(r, dtype)
 
     def zeros_like(self, t: Tensor, value=0) -> Tensor:
         return self.broadcast_to(self.scalar(value, t.dtype), t.shape)
