@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import registry
-from .builder import Graph, NodeContext, Tensor
+from .builder import Graph, NodeContext, Tensor, Unavailable
 from .errors import ConversionError, UnsupportedOperatorsError
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -130,6 +130,9 @@ class Walker:
             return out
         if isinstance(value, (Tensor, torch.Tensor)) or value is POISON:
             return [value]
+        if isinstance(value, Unavailable):  # a model output the mapping did not compute
+            self._record(value.op, value.reason, None)
+            return [POISON]
         raise ConversionError("output", f"the model returns a {type(value).__name__}, not a tensor;"
                               " t2n exports tensor outputs only")
 
@@ -158,6 +161,10 @@ class Walker:
         ns, name = kind.split("::", 1)
         inputs = [self._get(v) for v in node.inputs()]
         outs = list(node.outputs())
+        missing = next((x for x in _flat(inputs) if isinstance(x, Unavailable)), None)
+        if missing is not None:  # an output its mapping did not compute is used here
+            self._record(missing.op, missing.reason, source_location(node))
+            inputs = [POISON]
         if any(x is POISON for x in _flat(inputs)):
             for o in outs:
                 self.env[o] = POISON
@@ -239,6 +246,11 @@ class Walker:
             if len(inputs) == 1:
                 return [list(x.shape)]
             return [x.shape[inputs[1] % x.rank]]
+        if name == "numel" and isinstance(inputs[0], Tensor):
+            n = 1
+            for d in inputs[0].shape:
+                n = n * d
+            return [n]
         if name in ("dim",) and isinstance(inputs[0], Tensor):
             return [inputs[0].rank]
         if name in ("__getitem__",) and isinstance(inputs[0], (list, tuple)):
