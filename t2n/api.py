@@ -202,6 +202,11 @@ def register_graph_pass(fn, options: tuple[str, ...] = ()):
     return fn
 
 
+from .compact import compact_pass  # noqa: E402  (built-in pass: pruned-channel compaction)
+
+register_graph_pass(compact_pass, options=("compact",))
+
+
 def _sym(name: str):
     import sympy
 
