@@ -126,10 +126,13 @@ def cli(debug: bool):
 @click.option("--trust-pickle", is_flag=True,
               help="Allow MODEL to be a pickled nn.Module (torch.save): this runs code "
                    "from the file, use only on files you trust.")
+@click.option("--compact", is_flag=True,
+              help="Remove the channels that structured pruning zeroed (smaller, faster "
+                   "archive, same outputs); the report lists them per layer.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def export_cmd(model, output, inputs, check, dynamic, output_names, int_range, seed, rtol,
-               atol, trust_pickle, quiet, as_json):
+               atol, trust_pickle, compact, quiet, as_json):
     """Export MODEL to an NNEF archive that tract runs.
 
     MODEL is a TorchScript file saved with torch.jit.save, or package.module:callable
@@ -172,7 +175,8 @@ def export_cmd(model, output, inputs, check, dynamic, output_names, int_range, s
     dynamic_axes = specs.dynamic_axes_from(dynamic, dyn_names)
     result = run_export(module, args, output, input_names=input_names,
                         output_names=list(output_names) or None, dynamic_axes=dynamic_axes,
-                        check=check, rtol=rtol, atol=atol, quiet=quiet, as_json=as_json)
+                        check=check, rtol=rtol, atol=atol, quiet=quiet, as_json=as_json,
+                        compact=compact)
     return EXIT_OK if result is not None else EXIT_CHECK_FAILED
 
 
