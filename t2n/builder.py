@@ -471,6 +471,13 @@ class Graph:
         shape = list(shape)
         if list(t.shape) == shape:
             return t
+        if not shape:  # tract's reshape cannot produce rank 0 (`shape = []` fails to load)
+            return self.squeeze(t, list(range(t.rank)))
+        if any(isinstance(d, int) and d == 0 for d in shape):
+            # NNEF reads 0 in a reshape target as "copy this axis": an empty result is
+            # made by broadcasting instead (it holds no values anyway)
+            return self.op("tract_core_broadcast", self.scalar(0, t.dtype), shape=shape,
+                           out_shape=shape, out_dtype=t.dtype)
         return self.op("reshape", t, shape=shape, out_shape=shape)
 
     def transpose(self, t: Tensor, perm: Sequence[int]) -> Tensor:
