@@ -17,14 +17,14 @@ def _bounds(n, start, end):
         start = 0
     if end is None or (isinstance(end, int) and end >= 2 ** 62):
         end = n
-    if isinstance(n, int):
+    if isinstance(n, int) and isinstance(start, int) and isinstance(end, int):
         if start < 0:
             start += n
         if end < 0:
             end += n
         start = min(max(start, 0), n)
         end = min(max(end, start), n)
-    else:
+    else:  # a symbolic bound (dynamic axis): valid sizes keep it within the axis
         if isinstance(start, int) and start < 0:
             start = n + start
         if isinstance(end, int) and end < 0:

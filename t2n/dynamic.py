@@ -38,4 +38,181 @@ def parse_dynamic_axes(dynamic_axes, input_names: list[str], args) -> dict[int, 
                                  "identifier (letters, digits, underscore)")
             spec[axis % rank] = sym
         out[i] = spec
+    check_consistent_symbols(out, input_names, args)
     return out
+
+
+def check_consistent_symbols(symbols: dict[int, dict[int, str]], input_names: list[str],
+                             args) -> None:
+    """One symbol names one size: the same symbol on axes of different traced sizes is a
+    mistake in the spec (tract would bind it to one value at run time)."""
+    seen: dict[str, tuple[str, int, int]] = {}
+    for i, axes in symbols.items():
+        for axis, sym in axes.items():
+            size = int(args[i].shape[axis])
+            if sym in seen and seen[sym][2] != size:
+                other, oaxis, osize = seen[sym]
+                raise UsageError(f"symbol {sym!r} is used for axis {oaxis} of {other!r} (size "
+                                 f"{osize} in the example) and axis {axis} of "
+                                 f"{input_names[i]!r} (size {size}): one symbol must name one "
+                                 "size")
+            seen.setdefault(sym, (input_names[i], axis, size))
+            if sym in input_names:
+                raise UsageError(f"symbol {sym!r} has the name of an input; pick another name")
+
+
+def symbol(name: str):
+    """The sympy symbol of a tract dimension symbol (a positive integer)."""
+    import sympy
+
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+def is_symbolic(x) -> bool:
+    import sympy
+
+    return isinstance(x, sympy.Basic) and not x.is_number
+
+
+class SymbolicShapes:
+    """Output shapes of aten ops whose inputs have symbolic axes, from PyTorch's own shape
+    functions.
+
+    The trace records concrete sizes only; for a node that reads a dynamic axis, t2n calls
+    the aten overload on fake tensors whose sizes are SymInts of a ``ShapeEnv`` (one
+    ``ShapeEnv`` symbol per tract symbol, with the example size as hint). PyTorch's meta
+    functions then give every output size as an expression of the symbols, which is
+    converted back to t2n's sympy symbols. A static graph never comes here.
+
+    When PyTorch specialises a symbol to a number while computing a node (the model code
+    only works for the traced size), :meth:`out_shapes` raises, so a dynamic axis is never
+    frozen silently.
+    """
+
+    def __init__(self, hints: dict):
+        from torch._dynamo.source import ConstantSource
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+        self.env = ShapeEnv(duck_shape=False, specialize_zero_one=False,
+                            assume_static_by_default=False)
+        self.mode = FakeTensorMode(shape_env=self.env, allow_non_fake_inputs=True)
+        self.to_env: dict = {}
+        self.from_env: dict = {}
+        self.hints: dict = {}
+        for sym, hint in hints.items():
+            s = self.env.create_symbol(int(hint), ConstantSource(sym.name),
+                                       dynamic_dim=DimDynamic.DYNAMIC)
+            self.to_env[sym] = s
+            self.from_env[s] = sym
+            self.hints[sym] = int(hint)
+
+    # ---------------------------------------------------------------- conversions
+    def symint(self, expr):
+        import sympy
+
+        if not is_symbolic(expr):
+            return int(expr)
+        e = _floor_to_floordiv(sympy.sympify(expr).xreplace(self.to_env))
+        hint = int(sympy.sympify(expr).subs(self.hints))
+        return self.env.create_symintnode(e, hint=hint)
+
+    def from_torch(self, d):
+        """A PyTorch size (int or SymInt) as an int or a sympy expression of t2n symbols."""
+        import torch
+
+        if isinstance(d, torch.SymInt):
+            expr = d.node.expr
+            expr = self.env.replace(expr) if hasattr(self.env, "replace") else expr
+            expr = _torch_functions_to_sympy(expr.xreplace(self.from_env))
+            if expr.is_number:
+                return int(expr)
+            return expr
+        return int(d)
+
+    def _fake_arg(self, x):
+        import torch
+
+        from .builder import Tensor
+
+        if isinstance(x, Tensor):
+            if x.is_const and x.static_shape() is not None:
+                return x.value
+            return torch.empty([self.symint(d) for d in x.shape], dtype=x.dtype)
+        if isinstance(x, (list, tuple)):
+            return type(x)(self._fake_arg(v) for v in x)
+        if is_symbolic(x):
+            return self.symint(x)
+        return x
+
+    # ---------------------------------------------------------------- propagation
+    def out_shapes(self, schema, inputs: list, op_name: str):
+        """Output shapes (one per tensor output, None elsewhere), or None when PyTorch cannot
+        compute them on fake tensors (data-dependent output sizes)."""
+        import torch
+
+        from .errors import ConversionError
+
+        op = getattr(torch.ops.aten, schema.name.split("::", 1)[1])
+        op = getattr(op, schema.overload_name or "default")
+        args, kwargs = [], {}
+        before = dict(self.env.replacements)
+        try:
+            with self.mode:
+                for arg, value in zip(schema.arguments, inputs):
+                    v = self._fake_arg(value)
+                    if arg.kwarg_only:
+                        kwargs[arg.name] = v
+                    else:
+                        args.append(v)
+                result = op(*args, **kwargs)
+        except ConversionError:
+            raise
+        except Exception:
+            return None
+        frozen = [self.from_env.get(s, s) for s, r in self.env.replacements.items()
+                  if s not in before and getattr(r, "is_number", False)
+                  and s in self.from_env]
+        if frozen:
+            raise ConversionError(op_name, "the model fixes the dynamic axis " +
+                                  ", ".join(f"{s}={self.hints[s]}" for s in frozen) +
+                                  " here (its code only works for the traced size); "
+                                  "remove that axis from dynamic_axes or make the code "
+                                  "size-generic")
+        results = list(result) if isinstance(result, (tuple, list)) else [result]
+        out = []
+        for r in results:
+            if isinstance(r, torch.Tensor):
+                out.append(tuple(self.from_torch(d) for d in r.shape))
+            else:
+                out.append(None)
+        return out
+
+
+def _floor_to_floordiv(expr):
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    def conv(e):
+        num, den = e.as_numer_denom()
+        return FloorDiv(num, den)
+
+    return expr.replace(lambda e: isinstance(e, sympy.floor), lambda e: conv(e.args[0]))
+
+
+def _torch_functions_to_sympy(expr):
+    """PyTorch's sympy helper functions (FloorDiv, CeilDiv, Max ...) as plain sympy."""
+    import sympy
+    from torch.utils._sympy import functions as F
+
+    table = {
+        F.FloorDiv: lambda a, b: sympy.floor(a / b),
+        F.CleanDiv: lambda a, b: a / b,
+        F.CeilDiv: lambda a, b: sympy.ceiling(a / b),
+        F.Max: sympy.Max, F.Min: sympy.Min,
+        F.PythonMod: lambda a, b: a - b * sympy.floor(a / b),
+        F.Mod: lambda a, b: a - b * sympy.floor(a / b),
+    }
+    for fn, repl in table.items():
+        expr = expr.replace(lambda e, fn=fn: isinstance(e, fn), lambda e, r=repl: r(*e.args))
+    return expr

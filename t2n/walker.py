@@ -108,6 +108,7 @@ class Walker:
             ts_inputs = ts_inputs[1:]
         for v, t in zip(ts_inputs, inputs):
             self.env[v] = t
+        self.symbolic = _symbolic_shapes(ts_inputs, inputs)
         for node in ts_graph.nodes():
             self._visit(node)
         outs = []
@@ -215,10 +216,13 @@ class Walker:
         if name == "dtype":
             x = inputs[0]
             return [x.dtype]
-        if name == "min" and all(not isinstance(x, Tensor) for x in inputs):
-            return [min(inputs) if len(inputs) > 1 else min(inputs[0])]
-        if name == "max" and all(not isinstance(x, Tensor) for x in inputs):
-            return [max(inputs) if len(inputs) > 1 else max(inputs[0])]
+        if name in ("min", "max") and all(not isinstance(x, Tensor) for x in inputs):
+            xs = list(inputs) if len(inputs) > 1 else list(inputs[0])
+            if any(_is_symbolic(x) for x in xs):
+                import sympy
+
+                return [(sympy.Min if name == "min" else sympy.Max)(*xs)]
+            return [min(xs) if name == "min" else max(xs)]
         if name == "PythonOp":
             raise _Unsupported("custom Python autograd functions cannot be traced into aten ops")
         raise _Unsupported("TorchScript construct not supported by the walker")
@@ -266,10 +270,16 @@ class Walker:
         if fn is None:
             raise _Unsupported("no mapping for this aten op")
         schema = self._schema(node)
+        shapes = [_ts_sizes(o) for o in outs]
+        if self.symbolic is not None and _has_symbols(inputs):
+            # the trace's sizes are those of the example: ask PyTorch's shape functions
+            sym = self.symbolic.out_shapes(schema, inputs, f"aten::{name}")
+            if sym is not None and len(sym) == len(shapes):
+                shapes = [s if s is not None else t for s, t in zip(sym, shapes)]
         args = self._resolve_args(schema, node, inputs)
         self.g.node = NodeContext(op=f"aten::{name}",
                                   out_dtypes=[_ts_dtype(o) for o in outs],
-                                  out_shapes=[_ts_sizes(o) for o in outs], where=where)
+                                  out_shapes=shapes, where=where)
         try:
             if registry.is_inplace(name):
                 return self._inplace(node, name, fn, args)
@@ -278,7 +288,7 @@ class Walker:
             self.g.node = None
         results = list(result) if isinstance(result, (tuple, list)) and len(outs) > 1 \
             else [result]
-        results = [self._conform(name, o, r) for o, r in zip(outs, results)]
+        results = [self._conform(name, o, r, s) for o, r, s in zip(outs, results, shapes)]
         if name in VIEW_OPS and isinstance(args[0], Tensor):
             self._register_view(node, name, args)
         return results
@@ -379,15 +389,17 @@ class Walker:
                                             else torch.int64)
             return self.g.scalar(value, dtype)
         if _is_symbolic(value):
-            raise _Unsupported("a symbolic size used as a tensor is not supported yet")
+            # a size of a dynamic axis used in tensor math: computed by tract at run time
+            dtype = _ts_dtype(ts_value) if ts_value is not None else None
+            return self.g.scalar(value, dtype or torch.int64)
         return value
 
-    def _conform(self, name: str, ts_out, r):
-        """Give a mapping's result the dtype and static shape PyTorch traced for it."""
+    def _conform(self, name: str, ts_out, r, sizes=None):
+        """Give a mapping's result the dtype PyTorch traced for it, and its shape: the traced
+        one, or with dynamic axes the symbolic one PyTorch's shape functions computed."""
         if not isinstance(r, Tensor):
             return r
         dtype = _ts_dtype(ts_out)
-        sizes = _ts_sizes(ts_out)
         if dtype is not None and r.dtype != dtype:
             r = self.g.cast(r, dtype)
         if sizes is not None:
@@ -395,7 +407,8 @@ class Walker:
                 raise ConversionError(f"aten::{name}", f"internal: mapping produced rank {r.rank}"
                                       f" where PyTorch has rank {len(sizes)}")
             if r.literal is None and not r.is_const:
-                r.shape = tuple(s if isinstance(d, int) else d for s, d in zip(sizes, r.shape))
+                r.shape = tuple(s if isinstance(d, int) or _is_symbolic(s) else d
+                                for s, d in zip(sizes, r.shape))
         return r
 
     # ------------------------------------------------------------------ views and in-place
@@ -524,6 +537,30 @@ def _is_symbolic(x) -> bool:
     except ImportError:  # pragma: no cover
         return False
     return isinstance(x, sympy.Basic) and not x.is_number
+
+
+def _has_symbols(inputs) -> bool:
+    for x in _flat(inputs):
+        if _is_symbolic(x):
+            return True
+        if isinstance(x, Tensor) and any(not isinstance(d, int) for d in x.shape):
+            return True
+    return False
+
+
+def _symbolic_shapes(ts_inputs, inputs):
+    """The symbolic shape engine when some input has a dynamic axis, else None."""
+    hints = {}
+    for v, t in zip(ts_inputs, inputs):
+        sizes = _ts_sizes(v) if isinstance(t, Tensor) else None
+        for i, d in enumerate(getattr(t, "shape", ())):
+            if _is_symbolic(d) and sizes is not None:
+                hints[d] = sizes[i]
+    if not hints:
+        return None
+    from .dynamic import SymbolicShapes
+
+    return SymbolicShapes(hints)
 
 
 def _is_number(x) -> bool:

@@ -1,0 +1,182 @@
+"""Transformer building blocks: scaled_dot_product_attention, einsum, baddbmm.
+
+Products go through ``tract_core_einsum`` with the batch axes spelled out (tract aborts on
+``...`` and on i64 operands, so ellipses are expanded here from the known ranks and integer
+products other than i32 are refused). Causal masks are built from ``g.arange`` over the
+(possibly symbolic) sequence lengths, so one archive serves every length.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from t2n import dtypes
+from t2n.registry import aten
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_EINSUM_DTYPES = (torch.float16, torch.float32, torch.float64, torch.int32)
+
+
+def _check_einsum_dtype(g, what: str, *xs):
+    for x in xs:
+        if x.dtype not in _EINSUM_DTYPES:
+            raise g.error(f"{what}: {x.dtype} operands are not supported (tract aborts on "
+                          "i64 products; only f16, f32, f64 and i32 are computed)")
+
+
+def einsum_op(g, expr: str, operands, out_shape, dtype=None):
+    """One ``tract_core_einsum`` (no ellipsis in ``expr``) accumulating in ``dtype``."""
+    dtype = dtype or operands[0].dtype
+    operands = [g.cast(x, dtype) for x in operands]
+    return g.op("tract_core_einsum", list(operands), expr=expr, acc=dtypes.tract_name(dtype),
+                output="", out_dtype=dtype, out_shape=list(out_shape))
+
+
+# ---------------------------------------------------------------------------- einsum
+def _expand_equation(g, equation: str, ranks: list[int]) -> tuple[list[str], str]:
+    """Input subscripts and output subscript with ``...`` replaced by fresh letters."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise g.error(f"equation: {len(terms)} operand subscripts for {len(ranks)} tensors")
+    used = set(c for c in eq if c.isalpha())
+    for c in eq:
+        if not (c.isalpha() or c in ",->."):
+            raise g.error(f"equation: unexpected character {c!r} in {equation!r}")
+    fresh = [c for c in _LETTERS if c not in used]
+    ell_len = 0
+    for t, r in zip(terms, ranks):
+        named = len(t.replace("...", ""))
+        if "..." in t:
+            ell_len = max(ell_len, r - named)
+        elif named != r:
+            raise g.error(f"equation: subscript {t!r} has {named} letters for a rank-{r} "
+                          "operand")
+    if ell_len > len(fresh):
+        raise g.error("equation: too many axes for the available subscript letters")
+    ell = "".join(fresh[:ell_len])
+    out_terms = []
+    for t, r in zip(terms, ranks):
+        if "..." in t:
+            n = r - len(t.replace("...", ""))
+            t = t.replace("...", ell[ell_len - n:] if n else "")
+        out_terms.append(t)
+    if arrow:
+        out = rhs.replace("...", ell)
+    else:
+        letters = "".join(out_terms)
+        out = ell + "".join(sorted((c for c in set(letters) if letters.count(c) == 1
+                                    and c not in ell), key=_LETTERS.index))
+    return out_terms, out
+
+
+@aten("einsum")
+def einsum(g, equation, tensors, path=None):
+    tensors = list(tensors)
+    _check_einsum_dtype(g, "tensors", *tensors)
+    dtype = g.out_dtype() if g.node is not None else tensors[0].dtype
+    terms, out = _expand_equation(g, equation, [t.rank for t in tensors])
+    sizes: dict = {}
+    for t, term in zip(tensors, terms):
+        for c, d in zip(term, t.shape):
+            if c not in sizes or (isinstance(sizes[c], int) and sizes[c] == 1):
+                sizes[c] = d
+    if out:
+        return einsum_op(g, ",".join(terms) + "->" + out, tensors, [sizes[c] for c in out],
+                         dtype)
+    # tract reads an empty output ('ij->') as "no reduction": keep one axis, sum it after
+    keep = next((c for c in "".join(terms)), None)
+    if keep is None:
+        raise g.error(f"equation: {equation!r} has only rank-0 operands")
+    part = einsum_op(g, ",".join(terms) + "->" + keep, tensors, [sizes[keep]], dtype)
+    return g.reduce("sum_reduce", part, [0], keepdim=False)
+
+
+# ---------------------------------------------------------------------------- baddbmm
+@aten("baddbmm")
+def baddbmm(g, self, batch1, batch2, beta=1, alpha=1):
+    _check_einsum_dtype(g, "batch1", batch1, batch2)
+    dtype = g.out_dtype()
+    b, n, _ = batch1.shape
+    p = batch2.shape[2]
+    prod = einsum_op(g, "bij,bjk->bik", [batch1, batch2], [b, n, p], dtype)
+    if alpha != 1:
+        prod = g.binary("mul", prod, alpha, dtype)
+    if beta == 0:  # torch ignores self entirely (NaN in self does not propagate)
+        return prod
+    bias = self if beta == 1 else g.binary("mul", self, beta, dtype)
+    return g.binary("add", prod, bias, dtype)
+
+
+# ---------------------------------------------------------------------------- attention
+def causal_mask(g, rows, cols, diagonal: int = 0):
+    """Bool ``[rows, cols]``: True where ``col <= row + diagonal`` (``ones.tril(diagonal)``);
+    the sizes may be symbolic."""
+    i, j = g.arange(rows), g.arange(cols)
+    i = g.unsqueeze(i, [1])
+    if diagonal:
+        i = g.binary("add", i, diagonal, torch.int64)
+    j = g.unsqueeze(j, [0])
+    return g.binary("le", j, i, torch.int64, out_dtype=torch.bool)
+
+
+def _repeat_heads(g, x, groups: int):
+    """``x.repeat_interleave(groups, dim=-3)`` as unsqueeze + broadcast + reshape."""
+    if groups == 1:
+        return x
+    r = x.rank
+    x = g.unsqueeze(x, [r - 2])
+    shape = list(x.shape)
+    shape[r - 2] = groups
+    x = g.broadcast_to(x, shape)
+    heads = shape[r - 3] * groups
+    return g.reshape(x, shape[:r - 3] + [heads] + shape[r - 1:])
+
+
+@aten("scaled_dot_product_attention")
+def scaled_dot_product_attention(g, query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    if dropout_p:
+        raise g.error(f"dropout_p: {dropout_p} (random dropout) cannot be exported; call the "
+                      "model in eval mode or pass dropout_p=0")
+    if not query.dtype.is_floating_point:
+        raise g.error(f"query: dtype {query.dtype} (attention needs floating point)")
+    if is_causal and attn_mask is not None:
+        raise g.error("attn_mask: is_causal=True with an explicit mask (PyTorch refuses it)")
+    dtype = query.dtype
+    rank = max(query.rank, key.rank, value.rank)
+    q, k, v = (g.unsqueeze_to_rank(g.cast(t, dtype), rank) for t in (query, key, value))
+    e = q.shape[-1]
+    if scale is None:
+        if not isinstance(e, int):
+            raise g.error("scale: the head size is a dynamic axis; pass scale explicitly")
+        scale = 1.0 / math.sqrt(e) if e else 1.0
+    if enable_gqa and rank >= 3:
+        hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
+        if not all(isinstance(h, int) for h in (hq, hk, hv)):
+            raise g.error("enable_gqa: the number of heads is a dynamic axis")
+        k = _repeat_heads(g, k, hq // hk)
+        v = _repeat_heads(g, v, hq // hv)
+    batch = _LETTERS[:rank - 2]
+    bshape = [q.shape[i] if not (isinstance(q.shape[i], int) and q.shape[i] == 1) else k.shape[i]
+              for i in range(rank - 2)]
+    L, S = q.shape[-2], k.shape[-2]
+    scores = einsum_op(g, f"{batch}xe,{batch}ye->{batch}xy", [q, k], bshape + [L, S], dtype)
+    scores = g.binary("mul", scores, float(scale), dtype)
+    if is_causal:
+        attn_mask = causal_mask(g, L, S)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            ninf = g.scalar(float("-inf"), dtype)
+            m = g.unsqueeze_to_rank(attn_mask, scores.rank)
+            scores = g.op("select", m, scores, g.unsqueeze_to_rank(ninf, scores.rank),
+                          out_dtype=dtype, out_shape=scores.shape)
+        else:
+            scores = g.binary("add", scores, attn_mask, dtype)
+    probs = g.op("softmax", scores, axes=[scores.rank - 1], out_dtype=dtype,
+                 out_shape=scores.shape)
+    ev = v.shape[-1]
+    return einsum_op(g, f"{batch}xy,{batch}ye->{batch}xe", [probs, v], bshape + [L, ev], dtype)
