@@ -1,0 +1,236 @@
+"""Pooling: ``max_pool1d/2d/3d``, ``avg_pool1d/2d/3d``, ``adaptive_avg_pool1d/2d/3d``.
+
+tract pools with NNEF ``max_pool``/``avg_pool``/``box`` whose ``size``, ``stride``,
+``dilation`` and ``padding`` cover every axis (batch and channel get 1 / no padding), and
+whose default padding is automatic ("same"), so padding is always explicit. Borders:
+``ignore`` leaves padded positions out of the max and out of the average's divisor,
+``constant`` counts them as zeros.
+
+PyTorch's ``ceil_mode`` adds a last, partial window unless it would start in the end
+padding; it is reproduced with extra end padding that tract ignores. For average pooling
+with ``count_include_pad=True`` PyTorch's divisor counts the user's padding but not that
+extra ceil region, so the user's padding is applied as real zeros (``pad``) and only the
+ceil region is left to the ``ignore`` border.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from t2n.registry import aten
+
+from .linalg import matmul_nd
+
+
+def _tuple(v, n: int) -> list[int]:
+    if isinstance(v, int):
+        return [v] * n
+    v = list(v)
+    return v * n if len(v) == 1 else v
+
+
+def _pool_len(n, k, s, p, d, ceil_mode):
+    """PyTorch's pooled length (``pooling_output_shape``)."""
+    span = n + 2 * p - d * (k - 1) - 1
+    if not isinstance(span, int):
+        if ceil_mode:
+            raise ValueError("ceil_mode on a symbolic axis")
+        return span // s + 1
+    out = (span + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+def _geometry(g, self, kernel_size, stride, padding, dilation, ceil_mode, n_spatial):
+    if self.rank not in (n_spatial + 1, n_spatial + 2):
+        raise g.error(f"self: expected rank {n_spatial + 1} or {n_spatial + 2}, "
+                      f"got {self.rank}")
+    k = _tuple(kernel_size, n_spatial)
+    s = _tuple(stride, n_spatial) if stride not in (None, [], ()) else list(k)
+    p = _tuple(padding, n_spatial)
+    d = _tuple(dilation, n_spatial)
+    lead = self.rank - n_spatial
+    sizes, extra = [], []
+    for i in range(n_spatial):
+        length = self.shape[lead + i]
+        try:
+            out = _pool_len(length, k[i], s[i], p[i], d[i], ceil_mode)
+        except ValueError:
+            raise g.error("ceil_mode: not supported on a symbolic spatial axis") from None
+        if isinstance(out, int) and out <= 0:
+            raise g.error(f"kernel_size: the pooled size of axis {lead + i} would be {out}")
+        sizes.append(out)
+        if isinstance(length, int):
+            needed = (out - 1) * s[i] + d[i] * (k[i] - 1) + 1
+            extra.append(max(needed - (length + 2 * p[i]), 0))
+        else:
+            extra.append(0)
+    return lead, k, s, p, d, sizes, extra
+
+
+def _attrs(lead, k, s, d, pads):
+    return dict(size=[1] * lead + k, stride=[1] * lead + s, dilation=[1] * lead + d,
+                padding=[(0, 0)] * lead + [tuple(x) for x in pads])
+
+
+def _unbatched(fn):
+    """tract pools assume [N, C, spatial...]: an unbatched [C, spatial...] input gets a
+    batch axis for the pool and loses it after."""
+
+    def wrapper(g, self, *args):
+        n = args[-1]
+        if self.rank == n + 1:
+            return g.squeeze(fn(g, g.unsqueeze(self, [0]), *args), [0])
+        return fn(g, self, *args)
+
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+@_unbatched
+def _max_pool(g, self, kernel_size, stride, padding, dilation, ceil_mode, n):
+    if self.dtype == torch.bool:
+        raise g.error("self: max pooling of bool tensors is not supported")
+    lead, k, s, p, d, sizes, extra = _geometry(g, self, kernel_size, stride, padding,
+                                               dilation, ceil_mode, n)
+    pads = [(p[i], p[i] + extra[i]) for i in range(n)]
+    return g.op("max_pool", self, border="ignore", out_shape=list(self.shape[:lead]) + sizes,
+                **_attrs(lead, k, s, d, pads))
+
+
+@aten("max_pool1d")
+def max_pool1d(g, self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(g, self, kernel_size, stride, padding, dilation, ceil_mode, 1)
+
+
+@aten("max_pool2d")
+def max_pool2d(g, self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(g, self, kernel_size, stride, padding, dilation, ceil_mode, 2)
+
+
+@aten("max_pool3d")
+def max_pool3d(g, self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(g, self, kernel_size, stride, padding, dilation, ceil_mode, 3)
+
+
+@_unbatched
+def _avg_pool(g, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+              divisor_override, n):
+    if not self.dtype.is_floating_point:
+        raise g.error(f"self: average pooling of {self.dtype} tensors is not supported")
+    lead, k, s, p, d, sizes, extra = _geometry(g, self, kernel_size, stride, padding, 1,
+                                               ceil_mode, n)
+    out_shape = list(self.shape[:lead]) + sizes
+    x = self
+    if divisor_override is not None:
+        if divisor_override == 0:
+            raise g.error("divisor_override: must not be zero")
+        # window sums (padding and the ceil region add zeros), divided by the given number
+        pads = [(p[i], p[i] + extra[i]) for i in range(n)]
+        total = g.op("box", x, border="constant", normalize=False, out_shape=out_shape,
+                     **_attrs(lead, k, s, d, pads))
+        return g.binary("div", total, float(divisor_override), x.dtype)
+    if count_include_pad and any(p):
+        if not any(extra):
+            pads = [(p[i], p[i]) for i in range(n)]
+            return g.op("avg_pool", x, border="constant", out_shape=out_shape,
+                        **_attrs(lead, k, s, d, pads))
+        # the user's padding counts in the divisor, the ceil region does not
+        shape = list(x.shape[:lead]) + [x.shape[lead + i] + 2 * p[i] for i in range(n)]
+        x = g.op("pad", x, padding=[(0, 0)] * lead + [(q, q) for q in p], border="constant",
+                 value=0.0, out_shape=shape)
+        pads = [(0, extra[i]) for i in range(n)]
+    else:
+        pads = [(p[i], p[i] + extra[i]) for i in range(n)]
+    border = "ignore" if any(a or b for a, b in pads) else "constant"
+    return g.op("avg_pool", x, border=border, out_shape=out_shape,
+                **_attrs(lead, k, s, d, pads))
+
+
+@aten("avg_pool1d")
+def avg_pool1d(g, self, kernel_size, stride=(), padding=0, ceil_mode=False,
+               count_include_pad=True):
+    return _avg_pool(g, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     None, 1)
+
+
+@aten("avg_pool2d")
+def avg_pool2d(g, self, kernel_size, stride=(), padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    return _avg_pool(g, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, 2)
+
+
+@aten("avg_pool3d")
+def avg_pool3d(g, self, kernel_size, stride=(), padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    return _avg_pool(g, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, 3)
+
+
+def _adaptive_windows(length: int, out: int) -> list[tuple[int, int]]:
+    """PyTorch's adaptive windows: [floor(i*L/out), ceil((i+1)*L/out))."""
+    return [((i * length) // out, -(-((i + 1) * length) // out)) for i in range(out)]
+
+
+def _average_matrix(length: int, out: int, dtype) -> torch.Tensor:
+    """[out, length] matrix whose row i averages PyTorch's i-th adaptive window."""
+    m = torch.zeros(out, length, dtype=torch.float64)
+    for i, (a, b) in enumerate(_adaptive_windows(length, out)):
+        m[i, a:b] = 1.0 / (b - a)
+    return m.to(dtype)
+
+
+def _adaptive_axis(g, x, axis, out):
+    """Adaptive average along one axis: a mean (global), a reshape+mean (divisible) or a
+    product with a constant averaging matrix (PyTorch's overlapping uneven windows)."""
+    length = x.shape[axis]
+    if out is None or (isinstance(length, int) and length == out):
+        return x
+    if out == 1:
+        return g.reduce("mean_reduce", x, [axis], keepdim=True)
+    if not isinstance(length, int):
+        raise g.error(f"output_size: {out} on a symbolic axis needs fixed windows "
+                      "(only output size 1 is supported there)")
+    if length == 0 or out <= 0:
+        raise g.error(f"output_size: {out} from an axis of size {length}")
+    if length % out == 0:
+        k = length // out
+        shape = list(x.shape[:axis]) + [out, k] + list(x.shape[axis + 1:])
+        y = g.reduce("mean_reduce", g.reshape(x, shape), [axis + 1], keepdim=False)
+        return y
+    m = g.const(_average_matrix(length, out, x.dtype))
+    # move the axis last, multiply by the transposed averaging matrix, move it back
+    perm = [i for i in range(x.rank) if i != axis] + [axis]
+    inv = [perm.index(i) for i in range(x.rank)]
+    y = matmul_nd(g, g.transpose(x, perm), m, transpose_b=True)
+    return g.transpose(y, inv)
+
+
+def _adaptive_avg(g, self, output_size, n):
+    if self.rank not in (n + 1, n + 2):
+        raise g.error(f"self: expected rank {n + 1} or {n + 2}, got {self.rank}")
+    if not self.dtype.is_floating_point:
+        raise g.error(f"self: average pooling of {self.dtype} tensors is not supported")
+    out = _tuple(output_size, n) if output_size is not None else [None] * n
+    x = self
+    lead = self.rank - n
+    for i in range(n):
+        x = _adaptive_axis(g, x, lead + i, out[i])
+    return x
+
+
+@aten("adaptive_avg_pool1d")
+def adaptive_avg_pool1d(g, self, output_size):
+    return _adaptive_avg(g, self, output_size, 1)
+
+
+@aten("adaptive_avg_pool2d", "_adaptive_avg_pool2d")
+def adaptive_avg_pool2d(g, self, output_size):
+    return _adaptive_avg(g, self, output_size, 2)
+
+
+@aten("adaptive_avg_pool3d", "_adaptive_avg_pool3d")
+def adaptive_avg_pool3d(g, self, output_size):
+    return _adaptive_avg(g, self, output_size, 3)
