@@ -1,0 +1,121 @@
+"""Writes into views inside forward (the traced graph holds copy_/fill_/index_put_/add_ on
+slices, selects, diagonals and index results): the exported graph gives PyTorch's final
+tensors, including views taken before a write and read after it."""
+
+import pytest
+import torch
+
+from t2n.testing import assert_exports
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def slab(x, z):
+    y = x.clone()
+    y[:, 1:3] = z
+    return y
+
+
+def strided(x, z):
+    y = x.clone()
+    y[:, ::2] = z
+    y[1::3, -1] = -1.0
+    return y
+
+
+def select_chain(x, v):
+    y = x.clone()
+    y[1, :, 2] = v
+    y[-1, 0, -1] = 9.0
+    return y
+
+
+def index_add_assign(x, i, v):
+    y = x.clone()
+    y[i] += v  # index, add, index_put_ (overwrite: duplicates in i are undefined)
+    return y
+
+
+def mask_zero(x, m):
+    y = x.clone()
+    y[m] = 0
+    return y
+
+
+def index_add_inplace(x, i, s):
+    y = x.clone()
+    y.index_add_(1, i, s)
+    return y
+
+
+def narrow_copy(x, z):
+    y = x.clone()
+    y.narrow(1, -3, 2).copy_(z)
+    return y
+
+
+def index_put_on_slice(x, i, v):
+    y = x.clone()
+    y[1:, i] = v
+    return y
+
+
+def scatter_into_slice(x, i, s):
+    y = x.clone()
+    y[:, 1:].scatter_add_(1, i, s)
+    return y
+
+
+def diagonal_fill(x):
+    y = x.clone()
+    y.diagonal(1).fill_(3.0)
+    y.diagonal(0, 1, 0)[1:] += 1.0
+    return y
+
+
+def write_then_read_view(x, z):
+    y = x.clone()
+    v = y[:, ::2]  # taken before the write, read after it
+    y[:, 0] = z
+    y.narrow(0, 1, 1).mul_(2)
+    return y, v, v.sum(1)
+
+
+def masked_fill_on_select(x, m):
+    y = x.clone()
+    y[0].masked_fill_(m, -5.0)
+    return y
+
+
+CASES = {
+    "slice_assign": (slab, (torch.randn(3, 5), torch.randn(3, 2))),
+    "strided_assign": (strided, (torch.randn(5, 6), torch.randn(5, 3))),
+    "select_chain": (select_chain, (torch.randn(3, 4, 5), torch.randn(4))),
+    "index_add_assign": (index_add_assign, (torch.randn(5, 3), torch.tensor([4, -5, 2]),
+                                            torch.randn(3, 3))),
+    "mask_zero": (mask_zero, (torch.randn(4, 3), torch.rand(4, 3) > 0.5)),
+    "index_add_inplace": (index_add_inplace, (torch.randn(3, 5), torch.tensor([0, 4, 0]),
+                                              torch.randn(3, 3))),
+    "narrow_copy": (narrow_copy, (torch.randn(3, 5), torch.randn(3, 2))),
+    "index_put_on_slice": (index_put_on_slice, (torch.randn(4, 5), torch.tensor([3, 0]),
+                                                torch.randn(2))),
+    "scatter_into_slice": (scatter_into_slice, (torch.randn(3, 5), torch.tensor([[0, 3], [1, 1]]),
+                                                torch.randn(2, 2))),
+    "diagonal_fill": (diagonal_fill, (torch.randn(4, 5),)),
+    "write_then_read_view": (write_then_read_view, (torch.randn(4, 6), torch.randn(4))),
+    "masked_fill_on_select": (masked_fill_on_select, (torch.randn(3, 4),
+                                                      torch.tensor([True, False, False, True]))),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_view_write(case):
+    fn, args = CASES[case]
+    assert_exports(Fn(fn), args)
