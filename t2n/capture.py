@@ -67,9 +67,17 @@ def capture(model, args: tuple) -> Captured:
             model.train(False)
         with torch.no_grad(), _quiet_trace(collected):
             try:
+                if isinstance(model, torch.jit.ScriptModule):
+                    model(*args)  # tracing a ScriptModule is a no-op: this checks the inputs
                 traced = torch.jit.trace(model, args, check_trace=False, strict=False)
             except Exception as e:
                 text = str(e).strip().splitlines()
+                if text and "TorchScript interpreter" in text[0]:
+                    # the interpreter's last line holds the actual error, as "Type: message"
+                    text = [text[-1].removeprefix(f"{type(e).__name__}: ")]
+                if text and text[0].startswith("Tracer cannot infer type of"):
+                    text = ["the model's output holds a value that is not a tensor (outputs "
+                            "must be tensors, or tuples, lists or dicts of tensors)"]
                 raise TraceError("the model failed while being traced on the example inputs: "
                                  f"{type(e).__name__}: {text[0] if text else ''}") from e
     finally:

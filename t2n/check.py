@@ -57,11 +57,15 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray, rtol: float = D
     if (inf_e != inf_a).any() or (e[inf_e] != a[inf_a]).any():
         return OutputCheck(name, False, float("inf"), float("inf"), "infinities differ")
     finite = ~(nan_e | inf_e)
+    # NaN/Inf that both sides agree on pass, but the user should know the model makes them
+    special = ", ".join(f"{int(m.sum())} {what}" for m, what in ((nan_e, "NaN"), (inf_e, "Inf"))
+                        if m.any())
+    note = f"{special} in both torch and tract" if special else ""
     if not finite.any():
-        return OutputCheck(name, True, 0.0, 0.0)
+        return OutputCheck(name, True, 0.0, 0.0, note)
     diff = np.abs(e[finite] - a[finite])
     ref = np.abs(e[finite])
     max_abs = float(diff.max())
     max_rel = float((diff / np.maximum(ref, np.finfo(np.float64).tiny)).max())
     ok = bool((diff <= atol + rtol * ref).all())
-    return OutputCheck(name, ok, max_abs, max_rel)
+    return OutputCheck(name, ok, max_abs, max_rel, note)

@@ -97,8 +97,7 @@ def cli(debug: bool):
     Exit codes: 0 ok, 1 check failed, 2 usage error / unsupported model / bad input,
     3 internal error (rerun with --debug), 130 interrupted.
     """
-    if debug:
-        _STATE["debug"] = True
+    _STATE["debug"] = debug or bool(os.environ.get("T2N_DEBUG"))
 
 
 # ---------------------------------------------------------------------------- export
@@ -192,8 +191,11 @@ def run_export(module, args, output, *, quiet=False, as_json=False, **kwargs):
     """Export with warnings printed as ``t2n: warning:`` lines; prints the report.
 
     Returns the ExportResult, or None when the check failed (after reporting it)."""
+    from . import api
     from .api import export
 
+    if quiet and "quiet" in api._KNOWN_OPTIONS:  # silences the progress bar too
+        kwargs["quiet"] = True
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

@@ -1,0 +1,114 @@
+"""Small models the CLI, manifest and bad-input tests load as ``cli_models:NAME``.
+
+Kept tiny so that each export + tract check takes well under a second.
+"""
+
+import os
+
+import torch
+
+
+class SmallMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def make_mlp():
+    torch.manual_seed(0)
+    return SmallMLP()
+
+
+def make_mlp_with_args():
+    torch.manual_seed(0)
+    return SmallMLP(), (torch.randn(3, 8),)
+
+
+def mlp_inputs():
+    return {"x": torch.randn(5, 8)}
+
+
+class Embed(torch.nn.Module):
+    """Integer input: exercises --int-range."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(10, 4))
+
+    def forward(self, ids):
+        return self.w[ids] * 2
+
+
+def make_embed():
+    return Embed()
+
+
+class TwoUnsupported(torch.nn.Module):
+    def forward(self, x):
+        a = torch.cummax(x, 0)[0]
+        b = torch.special.bessel_j0(x)
+        return a + b
+
+
+def make_two_unsupported():
+    return TwoUnsupported()
+
+
+class RaisesInForward(torch.nn.Module):
+    def forward(self, x):
+        raise ValueError("boom in forward")
+
+
+def make_raises():
+    return RaisesInForward()
+
+
+class FloatOutput(torch.nn.Module):
+    def forward(self, x):
+        return x * 2, 3.5
+
+
+def make_float_output():
+    return FloatOutput()
+
+
+class StringInDict(torch.nn.Module):
+    def forward(self, x):
+        return {"y": x * 2, "label": "cat"}
+
+
+def make_string_in_dict():
+    return StringInDict()
+
+
+class DataDependent(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+
+def make_data_dependent():
+    return DataDependent()
+
+
+class NanInf(torch.nn.Module):
+    def forward(self, x):
+        return torch.log(x), 1.0 / (x - x)
+
+
+def make_nan_inf():
+    return NanInf()
+
+
+def make_abort():
+    """Kills its process, as a segfaulting extension would."""
+    os.abort()
+
+
+def not_a_module():
+    return 42

@@ -1,0 +1,172 @@
+"""The ``t2n`` command as a user runs it: console script, ``python -m t2n``, help, JSON."""
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+from click.testing import CliRunner
+
+from t2n.cli import cli
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_cli(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def run_process(*argv):
+    env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=300,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_console_script_exports_and_checks(tmp_path):
+    exe = os.path.join(os.path.dirname(sys.executable), "t2n")
+    assert os.path.exists(exe), "the t2n console script is not installed"
+    out = tmp_path / "mlp.nnef.tgz"
+    p = run_process(exe, "export", "cli_models:make_mlp", "-o", str(out),
+                    "--input", "x:3x8:f32", "--check")
+    assert p.returncode == 0, p.stderr
+    assert "check in tract: PASSED" in p.stdout
+    assert "output_0: ok" in p.stdout
+    with tarfile.open(out) as t:
+        names = t.getnames()
+    assert names[0] == "graph.nnef" and "fc1.weight.dat" in names
+
+
+def test_python_dash_m_reports_errors_without_traceback(tmp_path):
+    p = run_process(sys.executable, "-m", "t2n", "export", str(tmp_path / "missing.pt"),
+                    "-o", str(tmp_path / "m.tgz"), "--input", "x:1:f32")
+    assert p.returncode == 2
+    assert p.stderr.strip() == f"t2n: error: model file not found: {tmp_path / 'missing.pt'}"
+    assert p.stdout == ""
+
+
+def test_help_texts_explain_usage():
+    r = run_cli("--help")
+    assert r.exit_code == 0
+    for word in ("export", "check", "ops", "Exit codes"):
+        assert word in r.output
+    r = run_cli("export", "--help")
+    assert r.exit_code == 0
+    for word in ("NAME:DIMS:DTYPE", "--check", "--dynamic", "--int-range", "--trust-pickle",
+                 "package.module:callable", "Examples"):
+        assert word in r.output, word
+    r = run_cli("check", "--help")
+    assert r.exit_code == 0 and "[[model]]" in r.output and "--junit" in r.output
+
+
+def test_ops_lists_supported_operators():
+    r = run_cli("ops")
+    assert r.exit_code == 0
+    lines = r.output.strip().splitlines()
+    assert any(ln.split()[0] == "add" for ln in lines[:-1])
+    r = run_cli("ops", "--json")
+    rows = json.loads(r.output)
+    names = {row["name"] for row in rows}
+    import t2n
+
+    assert names == set(t2n.supported_ops())
+    assert all(row["family"] for row in rows)
+
+
+def test_json_result_and_output_names(tmp_path):
+    r = run_cli("export", "cli_models:make_mlp", "-o", tmp_path / "m.nnef", "--input", "x:3x8:f32",
+            "--output-name", "logits", "--check", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["inputs"] == [{"name": "x", "shape": [3, 8], "dtype": "f32"}]
+    assert d["outputs"] == [{"name": "logits", "shape": [3, 4], "dtype": "f32"}]
+    assert d["passed"] is True and d["checks"][0]["name"] == "logits"
+    assert d["op_count"] == sum(d["op_histogram"].values()) > 0
+    assert os.path.isfile(tmp_path / "m.nnef" / "graph.nnef")
+
+
+def test_callable_returning_example_args_needs_no_input(tmp_path):
+    r = run_cli("export", "cli_models:make_mlp_with_args", "-o", tmp_path / "m.tgz", "--check")
+    assert r.exit_code == 0, r.output
+    assert "input  input_0: 3x8 f32" in r.stdout
+    r = run_cli("export", "cli_models:make_mlp", "-o", tmp_path / "m.tgz")
+    assert r.exit_code == 2 and "--input" in r.stderr
+
+
+def test_integer_inputs_drawn_from_int_range(tmp_path):
+    r = run_cli("export", "cli_models:make_embed", "-o", tmp_path / "e.tgz",
+            "--input", "ids:2x5:i64", "--int-range", "0:10", "--check", "-q")
+    assert r.exit_code == 0, r.output
+    assert r.stdout == ""
+    # indices past the table: the model itself fails on the example inputs
+    r = run_cli("export", "cli_models:make_embed", "-o", tmp_path / "e.tgz",
+            "--input", "ids:2x5:i64", "--int-range", "10:20")
+    assert r.exit_code == 2 and "IndexError" in r.stderr
+
+
+def test_dynamic_axis_from_the_command_line(tmp_path):
+    r = run_cli("export", "cli_models:make_mlp", "-o", tmp_path / "m.tgz", "--input", "x:3x8:f32",
+            "--dynamic", "x:0=B", "--check", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["inputs"][0]["shape"] == ["B", 8]
+
+
+def test_failed_check_exits_1_with_figures(tmp_path, monkeypatch):
+    import t2n.tract_runner as tr
+
+    real = tr.run_in_tract
+    monkeypatch.setattr(tr, "run_in_tract", lambda *a, **k: [o + 0.5 for o in real(*a, **k)])
+    r = run_cli("export", "cli_models:make_mlp", "-o", tmp_path / "m.tgz", "--input", "x:3x8:f32",
+            "--check")
+    assert r.exit_code == 1
+    assert "check in tract: FAILED" in r.stdout
+    assert "output_0: MISMATCH max_abs_err=0.5" in r.stdout
+
+
+def test_tract_refusal_is_a_failed_check(tmp_path, monkeypatch):
+    import t2n.tract_runner as tr
+
+    def refuse(*a, **k):
+        raise tr.TractRunError("tract crashed (exit code -6): panicked at ...", crashed=True)
+
+    monkeypatch.setattr(tr, "run_in_tract", refuse)
+    r = run_cli("export", "cli_models:make_mlp", "-o", tmp_path / "m.tgz", "--input", "x:3x8:f32",
+            "--check")
+    assert r.exit_code == 1
+    assert r.stderr.startswith("t2n: check failed: tract could not run")
+
+
+def test_internal_errors_are_one_line_unless_debug(tmp_path, monkeypatch):
+    import t2n.api
+
+    def broken(*a, **k):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(t2n.api, "export", broken)
+    args = ["export", "cli_models:make_mlp", "-o", tmp_path / "m.tgz", "--input", "x:3x8:f32"]
+    r = run_cli(*args)
+    assert r.exit_code == 3
+    assert r.stderr.splitlines()[0] == "t2n: internal error: ZeroDivisionError: a bug"
+    assert "--debug" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("--debug", *args)
+    assert r.exit_code == 3 and "Traceback" in r.stderr
+
+
+@pytest.mark.parametrize("spec,shape,dtype", [
+    ("x:1x3x224x224:f32", [1, 3, 224, 224], "f32"),
+    ("ids:2x16:i64", [2, 16], "i64"),
+    ("s:scalar:f16", [], "f16"),
+    ("m:4:bool", [4], "bool"),
+])
+def test_input_specs_make_matching_tensors(spec, shape, dtype):
+    from t2n import dtypes
+    from t2n.specs import make_inputs, parse_input_spec
+
+    s = parse_input_spec(spec)
+    (t,) = make_inputs([s], seed=3, int_range=(5, 7))
+    assert list(t.shape) == shape and dtypes.tract_name(t.dtype) == dtype
+    if dtype == "i64":
+        assert int(t.min()) >= 5 and int(t.max()) < 7
+    (again,) = make_inputs([s], seed=3, int_range=(5, 7))
+    assert t.equal(again)  # --seed makes the example inputs reproducible
