@@ -117,9 +117,7 @@ def scatter_add(g, self, dim, index, src):
 def scatter_reduce(g, self, dim, index, src, reduce, include_self=True):
     """``sum/prod/amax/amin`` map to tract reductions; ``include_self=False`` starts the
     touched positions from the reduction's identity; ``mean`` is sum / count, where count
-    is a scatter of ones (plus one for self), integer means floor like PyTorch.
-
-    NaN: tract's max/min skip a NaN source, PyTorch's amax/amin propagate it."""
+    is a scatter of ones (plus one for self), integer means floor like PyTorch."""
     axis = dim % max(self.rank, 1)
     _check_dtype(g, self, f"scatter_reduce {reduce!r}")
     if reduce == "mean":
@@ -131,7 +129,21 @@ def scatter_reduce(g, self, dim, index, src, reduce, include_self=True):
     base = self
     if not include_self:
         base = select(g, touched(g, self, axis, index), neutral(g, reduce, self.dtype), self)
-    return scatter_elements(g, base, axis, index, src, _TRACT_REDUCTION[reduce])
+    out = scatter_elements(g, base, axis, index, src, _TRACT_REDUCTION[reduce])
+    if reduce in ("amax", "amin") and self.dtype.is_floating_point:
+        out = _propagate_nan(g, out, axis, index, src)
+    return out
+
+
+def _propagate_nan(g, out, axis, index, src):
+    """tract's scatter max/min skip a NaN update; PyTorch's amax/amin return NaN where one
+    lands (a NaN already in self stays NaN in both)."""
+    src = _slice_to(g, g.cast(src, out.dtype), index.shape)
+    nan = g.cast(g.op("tract_core_is_nan", src, out_dtype=torch.bool), out.dtype)
+    hits = scatter_elements(g, g.broadcast_to(g.scalar(0, out.dtype), out.shape), axis, index,
+                            nan, "add")
+    hit = g.binary("gt", hits, g.scalar(0, out.dtype), out.dtype, out_dtype=torch.bool)
+    return select(g, hit, g.scalar(float("nan"), out.dtype), out)
 
 
 def _scatter_mean(g, self, axis, index, src, include_self):

@@ -156,3 +156,14 @@ def test_scatter_add_on_bool_is_refused():
     with pytest.raises(T2NError, match="bool"):
         assert_exports(Fn(fn), (torch.zeros(3, dtype=torch.bool), torch.tensor([1]),
                                 torch.tensor([True])))
+
+
+@pytest.mark.parametrize("include_self", [True, False], ids=["include_self", "exclude_self"])
+@pytest.mark.parametrize("reduce", ["amax", "amin", "sum", "mean"])
+def test_scatter_reduce_nan_propagates(reduce, include_self):
+    nan = float("nan")
+    x = torch.tensor([nan, 9.0, 9.0, 9.0, 1.0])
+    idx = torch.tensor([1, 1, 3, 0, 2])
+    src = torch.tensor([nan, 6.0, nan, 2.0, -1.0])
+    fn = lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self)  # noqa
+    assert_exports(Fn(fn), (x, idx, src))
