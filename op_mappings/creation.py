@@ -1,0 +1,122 @@
+"""Tensor creation: ``zeros/ones/full``, their ``_like`` and ``new_*`` forms,
+``scalar_tensor`` and ``arange``.
+
+With static sizes the walker folds these in Python (every argument is a constant) and they
+never reach here. They do when a size is symbolic (dynamic axes) or when the shape comes
+from a tensor argument (``zeros_like(x)``): the value is then one typed scalar broadcast to
+the shape (``tract_core_broadcast`` accepts symbolic sizes), and ``arange`` is
+``tract_core_range`` scaled and shifted, so the graph stays one or two ops whatever the size.
+The result dtype is the traced one (it reflects ``dtype=`` and torch's defaults).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from t2n.registry import aten
+
+
+def _filled(g, size, value):
+    dtype = g.out_dtype()
+    if hasattr(value, "rank"):  # a 0-d tensor fill value computed in the graph
+        if value.rank != 0:
+            raise g.error("fill_value: must be a number or a 0-d tensor")
+        v = g.cast(value, dtype)
+    else:
+        if dtype == torch.bool:
+            value = bool(value)
+        elif not dtype.is_floating_point:
+            if isinstance(value, float) and not value.is_integer():
+                value = int(value)  # torch truncates a float fill for an int dtype
+            value = int(value)
+        v = g.scalar(value, dtype)
+    size = list(size)
+    if not size:
+        return g.op("tract_core_broadcast", v, shape=[], out_shape=[], out_dtype=dtype) \
+            if v.literal is not None else v
+    return g.op("tract_core_broadcast", v, shape=size, out_shape=size, out_dtype=dtype)
+
+
+@aten("zeros")
+def zeros(g, size, *_):
+    return _filled(g, size, 0)
+
+
+@aten("ones")
+def ones(g, size, *_):
+    return _filled(g, size, 1)
+
+
+@aten("full")
+def full(g, size, fill_value, *_):
+    return _filled(g, size, fill_value)
+
+
+@aten("zeros_like")
+def zeros_like(g, self, *_):
+    return _filled(g, self.shape, 0)
+
+
+@aten("ones_like")
+def ones_like(g, self, *_):
+    return _filled(g, self.shape, 1)
+
+
+@aten("full_like")
+def full_like(g, self, fill_value, *_):
+    return _filled(g, self.shape, fill_value)
+
+
+@aten("new_zeros")
+def new_zeros(g, self, size, *_):
+    return _filled(g, size, 0)
+
+
+@aten("new_ones")
+def new_ones(g, self, size, *_):
+    return _filled(g, size, 1)
+
+
+@aten("new_full")
+def new_full(g, self, size, fill_value, *_):
+    return _filled(g, size, fill_value)
+
+
+@aten("scalar_tensor")
+def scalar_tensor(g, s, *_):
+    return _filled(g, [], s)
+
+
+def _arange(g, start, end, step):
+    """``tract_core_range`` over integer (possibly symbolic) bounds, cast to the result
+    dtype; element i is start + i * step, as torch computes it."""
+    for name, v in (("start", start), ("end", end), ("step", step)):
+        if hasattr(v, "rank"):
+            raise g.error(f"{name}: a range bound computed from tensor values is "
+                          "data-dependent")
+        if isinstance(v, float) and not v.is_integer():
+            raise g.error(f"{name}: a fractional bound with a symbolic size is not supported")
+    start, end, step = (int(v) if isinstance(v, float) else v for v in (start, end, step))
+    if not isinstance(step, int) or step == 0:
+        raise g.error("step: must be a non-zero static integer")
+    span = end - start if step > 0 else start - end
+    k = abs(step)
+    n = span if k == 1 else (span + k - 1) // k
+    idx = g.op("tract_core_range", start, end, step, out_shape=[n], out_dtype=torch.int64)
+    return g.cast(idx, g.out_dtype())
+
+
+@aten("arange")
+def arange(g, *args):
+    """The overloads ``arange(end, ...)``, ``arange(start, end, ...)`` and
+    ``arange(start, end, step, ...)``, each followed by dtype, layout, device, pin_memory."""
+    n_args = len(args)
+    if n_args == 5:
+        start, end, step = 0, args[0], 1
+    elif n_args == 6:
+        start, end, step = args[0], args[1], 1
+    elif n_args == 7:
+        start, end, step = args[0], args[1], args[2]
+    else:
+        raise g.error(f"unexpected arange overload with {n_args} arguments")
+    return _arange(g, start, end, step)
