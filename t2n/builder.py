@@ -527,7 +527,13 @@ class Graph:
         """NNEF reductions keep the reduced axes; squeeze them for keepdim=False."""
         axes = sorted(set(axes))
         shape = [1 if i in axes else d for i, d in enumerate(t.shape)]
-        r = self.op(kind, t, axes=axes, out_shape=shape, out_dtype=dtype or t.dtype)
+        if any(isinstance(t.shape[a], int) and t.shape[a] == 0 for a in axes) \
+                and kind in _REDUCE_IDENTITY:
+            # tract aborts when reducing over an empty axis: the result is the identity
+            r = self.broadcast_to(self.scalar(_identity(kind, dtype or t.dtype),
+                                              dtype or t.dtype), shape)
+        else:
+            r = self.op(kind, t, axes=axes, out_shape=shape, out_dtype=dtype or t.dtype)
         return r if keepdim else self.squeeze(r, axes)
 
     def shape_of(self, t: Tensor) -> Tensor:
@@ -596,6 +602,19 @@ class Graph:
     def op_histogram(self) -> dict[str, int]:
         c = Counter(op.kind for op in self.live_ops())
         return dict(sorted(c.items()))
+
+
+_REDUCE_IDENTITY = {"sum_reduce": 0, "mean_reduce": float("nan"), "max_reduce": float("-inf"),
+                    "min_reduce": float("inf"), "tract_core_product_reduce": 1,
+                    "any_reduce": False, "all_reduce": True}
+
+
+def _identity(kind: str, dtype: torch.dtype):
+    v = _REDUCE_IDENTITY[kind]
+    if dtype.is_floating_point or dtype == torch.bool or not isinstance(v, float):
+        return v
+    info = torch.iinfo(dtype)
+    return info.max if v == float("inf") else info.min if v == float("-inf") else 0
 
 
 def _flatten(args) -> list:

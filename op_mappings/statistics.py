@@ -1,0 +1,333 @@
+"""Statistics and norms: var/std (with correction), their _mean forms, logsumexp,
+count_nonzero, nansum/nanmean, aminmax, vector and matrix norms, distances, cosine
+similarity.
+
+Reductions in tract keep the reduced axes; ``g.reduce`` squeezes them for keepdim=False.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from op_mappings.math_unary import is_inf, is_nan, select
+from t2n.registry import aten
+
+
+def _axes(x, dim):
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(x.rank))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return sorted({d % x.rank for d in dims}) if x.rank else []
+
+
+def _count(g, x, axes):
+    n = 1
+    for a in axes:
+        if not isinstance(x.shape[a], int):
+            raise g.error("a statistic over a dynamic axis is not supported yet")
+        n *= x.shape[a]
+    return n
+
+
+def _float_in(g, x, dtype=None):
+    d = dtype or (x.dtype if x.dtype.is_floating_point else torch.float32)
+    return g.cast(x, d)
+
+
+def var_of(g, x, axes, correction, keepdim):
+    d = x.dtype
+    n = _count(g, x, axes)
+    mean = g.reduce("mean_reduce", x, axes, keepdim=True) if axes else x
+    dev = g.binary("sub", x, mean, d)
+    ss = g.reduce("sum_reduce", g.binary("mul", dev, dev, d), axes, keepdim=keepdim) \
+        if axes else g.binary("mul", dev, dev, d)
+    denom = n - correction
+    if denom <= 0:
+        return g.binary("div", ss, g.scalar(0.0, d), d) if denom == 0 else \
+            g.binary("mul", ss, float("nan"), d)
+    v = g.binary("div", ss, float(denom), d)
+    return v, (mean if keepdim or not axes else g.squeeze(mean, axes))
+
+
+def _correction(unbiased, correction):
+    if correction is not None:
+        return correction
+    if unbiased is None:
+        return 1
+    return 1 if unbiased else 0
+
+
+def _var_args(x, args):
+    """var(self, dim, unbiased, keepdim) | var(self, dim, *, correction, keepdim) |
+    var(self, unbiased): the traced overload decides the positions."""
+    dim, unbiased, correction, keepdim = None, None, None, False
+    if len(args) == 1 and isinstance(args[0], bool):
+        unbiased = args[0]
+    elif len(args) == 3 and (args[1] is None or isinstance(args[1], bool)) and \
+            isinstance(args[2], bool):
+        dim, unbiased, keepdim = args
+    elif len(args) >= 1:
+        dim = args[0]
+        rest = args[1:]
+        if len(rest) == 2:
+            correction, keepdim = rest
+        elif len(rest) == 1:
+            keepdim = rest[0]
+    if isinstance(correction, float) and correction.is_integer():
+        correction = int(correction)
+    return dim, _correction(unbiased, correction), bool(keepdim)
+
+
+def _var(g, self, args):
+    x = _float_in(g, self)
+    dim, corr, keepdim = _var_args(x, args)
+    axes = _axes(x, dim)
+    r = var_of(g, x, axes, corr, keepdim)
+    return r if isinstance(r, tuple) else (r, None)
+
+
+@aten("var")
+def var(g, self, *args):
+    return _var(g, self, args)[0]
+
+
+@aten("std")
+def std(g, self, *args):
+    return g.unary("sqrt", _var(g, self, args)[0])
+
+
+@aten("var_mean")
+def var_mean(g, self, *args):
+    v, m = _var(g, self, args)
+    if m is None:
+        raise g.error("var_mean with a non-positive denominator")
+    return v, m
+
+
+@aten("std_mean")
+def std_mean(g, self, *args):
+    v, m = _var(g, self, args)
+    if m is None:
+        raise g.error("std_mean with a non-positive denominator")
+    return g.unary("sqrt", v), m
+
+
+@aten("logsumexp", "special_logsumexp")
+def logsumexp(g, self, dim, keepdim=False):
+    x = _float_in(g, self)
+    axes = _axes(x, dim)
+    if not axes:
+        return x
+    d = x.dtype
+    m = g.reduce("max_reduce", x, axes, keepdim=True)
+    m = select(g, is_inf(g, m), 0.0, m, d)  # all -inf (or +inf) slices
+    s = g.reduce("sum_reduce", g.unary("exp", g.binary("sub", x, m, d)), axes, keepdim=True)
+    r = g.binary("add", g.unary("log", s), m, d)
+    return r if keepdim else g.squeeze(r, axes)
+
+
+@aten("count_nonzero")
+def count_nonzero(g, self, dim=None):
+    nz = g.cast(g.binary("ne", self, g.scalar(0, self.dtype), self.dtype,
+                         out_dtype=torch.bool), torch.int64)
+    axes = _axes(self, dim)
+    return g.reduce("sum_reduce", nz, axes, keepdim=False) if axes else nz
+
+
+@aten("nansum")
+def nansum(g, self, dim=None, keepdim=False, dtype=None):
+    x = self
+    if x.dtype.is_floating_point:
+        x = select(g, is_nan(g, x), 0.0, x, x.dtype)
+    x = g.cast(x, g.out_dtype())
+    axes = _axes(x, dim)
+    return g.reduce("sum_reduce", x, axes, keepdim=keepdim) if axes else x
+
+
+@aten("nanmean")
+def nanmean(g, self, dim=None, keepdim=False, dtype=None):
+    x = g.cast(self, g.out_dtype())
+    d = x.dtype
+    nan = is_nan(g, x)
+    axes = _axes(x, dim)
+    zeroed = select(g, nan, 0.0, x, d)
+    ones = g.cast(g.unary("not", nan), d)
+    if not axes:
+        return select(g, nan, x, zeroed)
+    s = g.reduce("sum_reduce", zeroed, axes, keepdim=keepdim)
+    c = g.reduce("sum_reduce", ones, axes, keepdim=keepdim)
+    return g.binary("div", s, c, d)
+
+
+@aten("aminmax")
+def aminmax(g, self, dim=None, keepdim=False):
+    axes = _axes(self, dim)
+    x = self
+    if x.dtype == torch.bool:
+        x = g.cast(x, torch.uint8)
+    if dim is None and not keepdim:
+        lo = g.reduce("min_reduce", x, axes, keepdim=False)
+        hi = g.reduce("max_reduce", x, axes, keepdim=False)
+    else:
+        lo = g.reduce("min_reduce", x, axes, keepdim=keepdim)
+        hi = g.reduce("max_reduce", x, axes, keepdim=keepdim)
+    if self.dtype.is_floating_point and axes:
+        # a NaN anywhere in the slice makes min and max NaN
+        has_nan = g.reduce("any_reduce", is_nan(g, self), axes, keepdim=keepdim)
+        lo = select(g, has_nan, float("nan"), lo, lo.dtype)
+        hi = select(g, has_nan, float("nan"), hi, hi.dtype)
+    return g.cast(lo, self.dtype), g.cast(hi, self.dtype)
+
+
+# ---------------------------------------------------------------------------- norms
+def vector_norm_of(g, x, ord, axes, keepdim):
+    d = x.dtype
+    ax = g.unary("abs", x)
+    if not axes:
+        if ord == 0:
+            return g.cast(g.binary("ne", x, g.scalar(0.0, d), d, out_dtype=torch.bool), d)
+        return ax
+    if ord == float("inf"):
+        return g.reduce("max_reduce", ax, axes, keepdim)
+    if ord == float("-inf"):
+        return g.reduce("min_reduce", ax, axes, keepdim)
+    if ord == 0:
+        nz = g.cast(g.binary("ne", x, g.scalar(0.0, d), d, out_dtype=torch.bool), d)
+        return g.reduce("sum_reduce", nz, axes, keepdim)
+    if ord == 1:
+        return g.reduce("sum_reduce", ax, axes, keepdim)
+    if ord == 2:
+        return g.unary("sqrt", g.reduce("sum_reduce", g.binary("mul", x, x, d), axes, keepdim))
+    p = float(ord)
+    s = g.reduce("sum_reduce", g.binary("pow", ax, p, d), axes, keepdim)
+    return g.binary("pow", s, 1.0 / p, d)
+
+
+@aten("linalg_vector_norm")
+def linalg_vector_norm(g, self, ord=2, dim=None, keepdim=False, dtype=None):
+    x = g.cast(self, g.out_dtype())
+    return vector_norm_of(g, x, ord, _axes(x, dim), keepdim)
+
+
+@aten("norm")
+def norm(g, self, p=2, dim=None, keepdim=False, dtype=None):
+    if isinstance(p, str):
+        if p != "fro":
+            raise g.error(f"norm p={p!r} is not supported")
+        p = 2
+    if p is None:
+        p = 2
+    x = g.cast(self, g.out_dtype())
+    return vector_norm_of(g, x, p, _axes(x, dim), keepdim)
+
+
+@aten("linalg_matrix_norm")
+def linalg_matrix_norm(g, self, ord="fro", dim=(-2, -1), keepdim=False, dtype=None):
+    x = g.cast(self, g.out_dtype())
+    axes = _axes(x, dim)
+    d = x.dtype
+    if ord == "fro":
+        return vector_norm_of(g, x, 2, axes, keepdim)
+    if ord in (1, -1, float("inf"), float("-inf")):
+        # max/min over columns (ord=+-1) or rows (ord=+-inf) of the absolute sums
+        r, c = axes
+        inner, outer = (r, c) if ord in (1, -1) else (c, r)
+        s = g.reduce("sum_reduce", g.unary("abs", x), [inner], keepdim=True)
+        red = "max_reduce" if ord in (1, float("inf")) else "min_reduce"
+        out = g.reduce(red, s, [outer], keepdim=True)
+        del d
+        return out if keepdim else g.squeeze(out, sorted(axes))
+    raise g.error(f"matrix norm ord={ord!r} needs singular values, which tract lacks")
+
+
+@aten("linalg_norm")
+def linalg_norm(g, self, ord=None, dim=None, keepdim=False, dtype=None):
+    if isinstance(ord, str) or (dim is not None and not isinstance(dim, int) and len(dim) == 2):
+        if ord is None:
+            ord = "fro"
+        return linalg_matrix_norm(g, self, ord, dim if dim is not None else (-2, -1), keepdim)
+    x = g.cast(self, g.out_dtype())
+    if ord is None:
+        return vector_norm_of(g, x, 2, _axes(x, dim), keepdim)
+    if dim is None and x.rank == 2:
+        return linalg_matrix_norm(g, self, ord, (-2, -1), keepdim)
+    return vector_norm_of(g, x, ord, _axes(x, dim), keepdim)
+
+
+@aten("dist")
+def dist(g, self, other, p=2):
+    d = g.out_dtype()
+    diff = g.binary("sub", self, other, d)
+    return vector_norm_of(g, diff, p, list(range(diff.rank)), False)
+
+
+@aten("pairwise_distance")
+def pairwise_distance(g, x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    d = g.out_dtype()
+    diff = g.binary("add", g.binary("sub", x1, x2, d), float(eps), d)
+    if diff.rank == 0:
+        return g.unary("abs", diff)
+    return vector_norm_of(g, diff, p, [diff.rank - 1], keepdim)
+
+
+@aten("cdist", "_cdist_forward")
+def cdist(g, x1, x2, p=2.0, compute_mode=None):
+    d = g.out_dtype()
+    a = g.unsqueeze(x1, [x1.rank - 1])  # [..., P, 1, M]
+    b = g.unsqueeze(x2, [x2.rank - 2])  # [..., 1, R, M]
+    diff = g.binary("sub", a, b, d)
+    return vector_norm_of(g, diff, p, [diff.rank - 1], False)
+
+
+@aten("cosine_similarity")
+def cosine_similarity(g, x1, x2, dim=1, eps=1e-8):
+    d = g.out_dtype()
+    rank = max(x1.rank, x2.rank)
+    a = g.unsqueeze_to_rank(g.cast(x1, d), rank)
+    b = g.unsqueeze_to_rank(g.cast(x2, d), rank)
+    if rank == 0:
+        a, b, rank = g.reshape(a, [1]), g.reshape(b, [1]), 1
+    axis = dim % rank
+    dot = g.reduce("sum_reduce", g.binary("mul", a, b, d), [axis], keepdim=False)
+    na = g.reduce("sum_reduce", g.binary("mul", a, a, d), [axis], keepdim=False)
+    nb = g.reduce("sum_reduce", g.binary("mul", b, b, d), [axis], keepdim=False)
+    # torch clamps each squared norm with eps^2 and divides by sqrt of the product
+    e2 = float(eps) * float(eps)
+    na = g.binary("max", na, e2, d)
+    nb = g.binary("max", nb, e2, d)
+    return g.binary("div", dot, g.unary("sqrt", g.binary("mul", na, nb, d)), d)
+
+
+@aten("pdist", "_pdist_forward")
+def pdist(g, self, p=2.0):
+    n = self.shape[0]
+    if not isinstance(n, int):
+        raise g.error("pdist over a dynamic number of rows")
+    import numpy as np
+
+    i, j = np.triu_indices(n, k=1)
+    if len(i) == 0:
+        raise g.error("pdist of fewer than two rows has an empty result")
+    a = g.gather(self, g.const(torch.from_numpy(i.astype(np.int64))), 0)
+    b = g.gather(self, g.const(torch.from_numpy(j.astype(np.int64))), 0)
+    diff = g.binary("sub", a, b, self.dtype)
+    return vector_norm_of(g, diff, p, [1], False)
+
+
+@aten("renorm")
+def renorm(g, self, p, dim, maxnorm):
+    x = self
+    d = x.dtype
+    axis = dim % x.rank
+    axes = [a for a in range(x.rank) if a != axis]
+    nrm = vector_norm_of(g, x, p, axes, True)
+    factor = g.binary("div", g.scalar(float(maxnorm), d),
+                      g.binary("add", nrm, 1e-7, d), d)
+    factor = select(g, g.binary("gt", nrm, float(maxnorm), d, out_dtype=torch.bool), factor,
+                    1.0, d)
+    return g.binary("mul", x, factor, d)
+
+
+del math
