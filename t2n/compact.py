@@ -36,24 +36,46 @@ import torch
 
 from .builder import Graph, Op, Tensor
 
-# Element-wise ops with one tensor operand, evaluated on the per-channel constant.
-_UNARY = {
-    "copy": lambda x, a: x,
-    "relu": lambda x, a: torch.relu(x),
-    "sigmoid": lambda x, a: torch.sigmoid(x),
-    "tanh": lambda x, a: torch.tanh(x),
-    "neg": lambda x, a: -x,
-    "abs": lambda x, a: x.abs(),
-    "exp": lambda x, a: torch.exp(x),
-    "elu": lambda x, a: torch.where(x > 0, x, float(a.get("alpha", 1.0)) * torch.expm1(x)),
-    "leaky_relu": lambda x, a: torch.where(x >= 0, x, float(a.get("alpha", 0.01)) * x),
-    "softplus": lambda x, a: torch.log1p(torch.exp(x)),
+# Element-wise NNEF ops, evaluated with torch on the per-channel constants of a zeroed
+# channel: fn(operands, attrs). An op not listed here ends the chain (nothing compacted).
+_F = torch.nn.functional
+_ELEMENTWISE = {
+    "copy": lambda x, a: x[0], "relu": lambda x, a: torch.relu(x[0]),
+    "sigmoid": lambda x, a: torch.sigmoid(x[0]), "tanh": lambda x, a: torch.tanh(x[0]),
+    "neg": lambda x, a: -x[0], "abs": lambda x, a: x[0].abs(),
+    "exp": lambda x, a: torch.exp(x[0]), "log": lambda x, a: torch.log(x[0]),
+    "sqrt": lambda x, a: torch.sqrt(x[0]), "rsqrt": lambda x, a: torch.rsqrt(x[0]),
+    "recip": lambda x, a: torch.reciprocal(x[0]), "rcp": lambda x, a: torch.reciprocal(x[0]),
+    "sqr": lambda x, a: torch.square(x[0]), "square": lambda x, a: torch.square(x[0]),
+    "floor": lambda x, a: torch.floor(x[0]), "ceil": lambda x, a: torch.ceil(x[0]),
+    "sign": lambda x, a: torch.sign(x[0]),
+    "sin": lambda x, a: torch.sin(x[0]), "cos": lambda x, a: torch.cos(x[0]),
+    "tract_core_erf": lambda x, a: torch.erf(x[0]),
+    "tract_core_silu": lambda x, a: _F.silu(x[0]),
+    "tract_core_hard_swish": lambda x, a: _F.hardswish(x[0]),
+    "softplus": lambda x, a: torch.log(torch.exp(x[0]) + 1),
+    "elu": lambda x, a: torch.where(x[0] > 0, x[0], float(a.get("alpha", 1.0))
+                                    * torch.expm1(x[0])),
+    "leaky_relu": lambda x, a: torch.where(x[0] >= 0, x[0], float(a.get("alpha", 0.01))
+                                           * x[0]),
+    "tract_core_cast": lambda x, a: x[0],  # the result is cast to the output dtype
+    "add": lambda x, a: x[0] + x[1], "sub": lambda x, a: x[0] - x[1],
+    "mul": lambda x, a: x[0] * x[1], "div": lambda x, a: x[0] / x[1],
+    "min": lambda x, a: torch.minimum(x[0], x[1]), "max": lambda x, a: torch.maximum(x[0], x[1]),
+    "pow": lambda x, a: torch.pow(x[0], x[1]),
+    "lt": lambda x, a: x[0] < x[1], "gt": lambda x, a: x[0] > x[1],
+    "le": lambda x, a: x[0] <= x[1], "ge": lambda x, a: x[0] >= x[1],
+    "eq": lambda x, a: x[0] == x[1], "ne": lambda x, a: x[0] != x[1],
+    "and": lambda x, a: x[0] & x[1], "or": lambda x, a: x[0] | x[1],
+    "not": lambda x, a: ~x[0],
+    "select": lambda x, a: torch.where(x[0], x[1], x[2]),
+    "clamp": lambda x, a: torch.minimum(torch.maximum(x[0], x[1]), x[2]),
+    "batch_normalization": lambda x, a: (x[0] - x[1]) / torch.sqrt(
+        x[2] + float(a.get("epsilon", 0.0))) * x[4] + x[3],
 }
-# Element-wise ops whose other operands are per-channel constants.
-_BINARY = {
-    "add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
-    "div": lambda x, y: x / y, "min": torch.minimum, "max": torch.maximum,
-}
+_ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "min": 2, "max": 2, "pow": 2, "lt": 2,
+          "gt": 2, "le": 2, "ge": 2, "eq": 2, "ne": 2, "and": 2, "or": 2, "select": 3,
+          "clamp": 3, "batch_normalization": 5}
 
 
 @dataclass
@@ -225,6 +247,10 @@ def _uses(g: Graph) -> dict[int, list]:
     return uses
 
 
+def _order(g: Graph) -> dict[int, int]:
+    return {id(op): i for i, op in enumerate(g.ops)}
+
+
 def _is_output(g: Graph, t: Tensor) -> bool:
     return any(o is t for o in g.outputs)
 
@@ -253,7 +279,7 @@ class _Plan:
     producer: Op
     axis: int
     zero: torch.Tensor  # bool [C]: filter all zero for the channel
-    chain: list  # [(op, tensor operand)] per-channel ops, in graph order
+    chain: list  # per-channel element-wise ops, in graph order
     tensors: list  # chain tensors (their channel axis shrinks)
     values: dict  # id(chain tensor) -> per-channel constant of a zero channel [C]
     consumers: list  # [(op, kind, exact)]
@@ -261,14 +287,14 @@ class _Plan:
 
 def compact_graph(g: Graph) -> None:
     """Remove every removable zero output channel (see the module docstring)."""
-    uses = _uses(g)
+    uses, order = _uses(g), _order(g)
     for op in _weight_layers(g):
-        plan = _plan(g, op, uses)
+        plan = _plan(g, op, uses, order)
         if plan is not None and _apply(g, plan, uses):
-            uses = _uses(g)
+            uses, order = _uses(g), _order(g)
 
 
-def _plan(g: Graph, op: Op, uses) -> _Plan | None:
+def _plan(g: Graph, op: Op, uses, order) -> _Plan | None:
     w = op.args[1]
     if not w.dtype.is_floating_point:
         return None
@@ -301,9 +327,14 @@ def _plan(g: Graph, op: Op, uses) -> _Plan | None:
     if out.rank <= axis or out.shape[axis] != channels:
         return None
     plan = _Plan(op, axis, zero, [], [out], {id(out): c0}, [])
-    queue = [out]
-    while queue:
-        t = queue.pop(0)
+    # every op reached from the producer's output: per-channel ops, up to the consumers
+    reached: dict[int, Op] = {}
+    stack, seen = [out], set()
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
         if _is_output(g, t):
             return None
         for user, pos in uses.get(id(t), []):
@@ -312,15 +343,20 @@ def _plan(g: Graph, op: Op, uses) -> _Plan | None:
             kind = _consumer_kind(user, pos, t, axis, channels)
             if kind is not None:
                 plan.consumers.append((user, t, kind))
-                continue
-            value = _through(user, pos, t, axis, channels, plan.values[id(t)])
-            if value is None:
+            elif user.kind not in _ELEMENTWISE or len(user.outputs) != 1:
                 return None
-            o = user.outputs[0]
-            plan.chain.append((user, t))
-            plan.tensors.append(o)
-            plan.values[id(o)] = value
-            queue.append(o)
+            elif id(user) not in reached:
+                reached[id(user)] = user
+                stack.append(user.outputs[0])
+    # evaluate them in graph order: an op may combine several chain tensors (x * sigmoid(x))
+    for user in sorted(reached.values(), key=lambda o: order[id(o)]):
+        value = _through(user, axis, channels, plan.values)
+        if value is None:
+            return None
+        o = user.outputs[0]
+        plan.chain.append(user)
+        plan.tensors.append(o)
+        plan.values[id(o)] = value
     if not plan.consumers:
         return None
     return plan
@@ -347,39 +383,41 @@ def _consumer_kind(op: Op, pos: int, t: Tensor, axis: int, channels: int) -> str
     return None
 
 
-def _through(op: Op, pos: int, t: Tensor, axis: int, channels: int, c: torch.Tensor):
-    """The per-channel constant after ``op`` (t is its only tensor operand), or None when
-    ``op`` is not a per-channel element-wise op."""
-    if len(op.outputs) != 1:
-        return None
+def _through(op: Op, axis: int, channels: int, values: dict):
+    """The per-channel constant of a zeroed channel after the element-wise ``op``, whose
+    tensor operands are chain tensors (in ``values``) or per-channel constants; None when
+    ``op`` is anything else."""
     o = op.outputs[0]
-    if o.rank != t.rank or o.shape[axis] != channels:
+    chain = [a for a in op.args if isinstance(a, Tensor) and id(a) in values]
+    if not chain or o.rank != chain[0].rank or o.shape[axis] != channels:
         return None
-    others = [a for i, a in enumerate(op.args) if i != pos]
-    if any(isinstance(a, Tensor) and not a.is_const for a in others) or \
-            any(isinstance(v, Tensor) for v in op.attrs.values()):
+    if op.kind in _ARITY and len(op.args) != _ARITY[op.kind]:
         return None
-    vecs = []
-    for a in others:
+    if op.kind not in _ARITY and len(op.args) != 1:
+        return None
+    if any(isinstance(v, Tensor) for v in op.attrs.values()):
+        return None
+    operands = []
+    for a in op.args:
         if not isinstance(a, Tensor):
             return None
-        v = _per_channel(a, t.rank, axis, channels)
+        if id(a) in values:
+            operands.append(values[id(a)])
+            continue
+        if not a.is_const:
+            return None
+        v = _per_channel(a, o.rank, axis, channels)
         if v is None:
             return None
-        vecs.append(v.to(c.dtype))
+        operands.append(v)
+    floats = [v.dtype for v in operands if v.dtype.is_floating_point]
+    if floats:  # tract has no implicit promotion: float operands share one dtype
+        operands = [v.to(floats[0]) if v.dtype.is_floating_point else v for v in operands]
     with torch.no_grad():
-        if op.kind in _UNARY and not others:
-            return _UNARY[op.kind](c, op.attrs).to(c.dtype)
-        if op.kind in _BINARY and len(op.args) == 2:
-            x, y = (c, vecs[0]) if pos == 0 else (vecs[0], c)
-            return _BINARY[op.kind](x, y).to(c.dtype)
-        if op.kind == "batch_normalization" and pos == 0 and len(op.args) == 5:
-            mean, var, offset, scale = vecs
-            eps = float(op.attrs.get("epsilon", 0.0))
-            return ((c - mean) / torch.sqrt(var + eps) * scale + offset).to(c.dtype)
-        if op.kind == "clamp" and pos == 0 and len(op.args) == 3:
-            return torch.minimum(torch.maximum(c, vecs[0]), vecs[1])
-    return None
+        try:
+            return _ELEMENTWISE[op.kind](operands, op.attrs).to(o.dtype)
+        except (RuntimeError, TypeError):
+            return None
 
 
 def _removable(plan: _Plan) -> torch.Tensor:
@@ -420,9 +458,9 @@ def _apply(g: Graph, plan: _Plan, uses) -> bool:
     else:
         _, waxis = _linear_weight(op)
         op.args[1] = _replace(g, w, w.value.index_select(waxis, keep))
-    for user, t in plan.chain:
+    for user in plan.chain:
         for i, a in enumerate(user.args):
-            if isinstance(a, Tensor) and a is not t and a.is_const \
+            if isinstance(a, Tensor) and id(a) not in plan.values and a.is_const \
                     and axis < a.rank and a.shape[axis] == channels:
                 user.args[i] = _replace(g, a, a.value.index_select(axis, keep))
     for t in plan.tensors:

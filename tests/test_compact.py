@@ -1,0 +1,320 @@
+"""Channel compaction (``compact=True``): zeroed output channels leave the graph, outputs
+stay equal to PyTorch's, and every layout the pass cannot prove right is left alone."""
+
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.utils.prune as prune
+
+import t2n
+from t2n.testing import assert_exports
+
+
+def _zero_rows(layer, rows):
+    with torch.no_grad():
+        layer.weight[rows] = 0
+
+
+def _layers(result):
+    return {s.name: s for s in result.extras["layers"]}
+
+
+def _removed(result, name):
+    return _layers(result)[name].channels_removed
+
+
+class TwoConvs(nn.Module):
+    def __init__(self, pad2=1, c=6, dims=2):
+        super().__init__()
+        conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[dims]
+        self.conv1 = conv(3, c, 3, padding=1)
+        self.conv2 = conv(c, 4, 3, padding=pad2)
+
+    def forward(self, x):
+        return self.conv2(torch.relu(self.conv1(x)))
+
+
+def _two_convs(pad2, dims=2):
+    torch.manual_seed(0)
+    m = TwoConvs(pad2, dims=dims).eval()
+    _zero_rows(m.conv1, [0, 2, 3, 5])
+    with torch.no_grad():
+        m.conv1.bias[:] = torch.tensor([0.5, 1.0, -0.25, 0.0, 0.3, -2.0])
+    return m
+
+
+def test_padded_consumer_removes_only_channels_whose_constant_is_zero():
+    """relu(bias) > 0 with zero padding after it is not uniform: such channels stay."""
+    m = _two_convs(pad2=1)
+    r = assert_exports(m, (torch.randn(2, 3, 7, 7),), compact=True)
+    assert _removed(r, "conv1") == 3  # channels 2, 3, 5: relu(-0.25) = relu(0) = relu(-2) = 0
+    assert _layers(r)["conv2"].params_after == 4 * 3 * 9 + 4
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3], ids=["conv1d", "conv2d", "conv3d"])
+def test_unpadded_consumer_folds_the_constant_into_its_bias(dims):
+    m = _two_convs(pad2=0, dims=dims)
+    shape = (2, 3) + (6,) * dims
+    r = assert_exports(m, (torch.randn(*shape),), compact=True)
+    assert _removed(r, "conv1") == 4
+    assert _layers(r)["conv1"].params_after == 2 * 3 * 3 ** dims + 2
+
+
+class Affine(nn.Module):
+    """conv -> x * s + b (BN folded by hand) -> 1 - sigmoid -> conv: per-channel chain."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 5, 3, bias=False)
+        self.s = nn.Parameter(torch.rand(1, 5, 1, 1) + 0.5)
+        self.b = nn.Parameter(torch.randn(1, 5, 1, 1))
+        self.conv2 = nn.Conv2d(5, 2, 1, padding=0)
+
+    def forward(self, x):
+        return self.conv2(1 - torch.sigmoid(self.conv1(x) * self.s + self.b))
+
+
+def test_chain_of_per_channel_constants_and_reversed_operands():
+    torch.manual_seed(1)
+    m = Affine().eval()
+    _zero_rows(m.conv1, [1, 4])
+    r = assert_exports(m, (torch.randn(1, 3, 6, 6),), compact=True)
+    assert _removed(r, "conv1") == 2
+
+
+class DivByChannel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 4, 1, bias=False)
+        self.conv2 = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x):
+        return self.conv2(torch.clamp(2.0 / (self.conv1(x) + 1.0), max=5.0))
+
+
+def test_per_channel_clamp_and_division_by_the_channel():
+    torch.manual_seed(2)
+    m = DivByChannel().eval()
+    _zero_rows(m.conv1, [0, 3])
+    r = assert_exports(m, (torch.randn(1, 3, 5, 5),), compact=True)
+    assert _removed(r, "conv1") == 2
+
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv1(x) + x)
+
+
+class Concat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 4, 1)
+        self.conv2 = nn.Conv2d(7, 2, 1)
+
+    def forward(self, x):
+        return self.conv2(torch.cat([torch.relu(self.conv1(x)), x], 1))
+
+
+class Depthwise(nn.Module):
+    def __init__(self, groups):
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 4, 1, bias=False)
+        self.conv2 = nn.Conv2d(4, 4, 1, groups=groups)
+
+    def forward(self, x):
+        return self.conv2(self.conv1(x))
+
+
+class GroupedProducer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 4, 1, groups=2, bias=False)
+        self.conv2 = nn.Conv2d(4, 3, 1)
+
+    def forward(self, x):
+        return self.conv2(self.conv1(x))
+
+
+class AlsoAnOutput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 4, 1, bias=False)
+        self.conv2 = nn.Conv2d(4, 3, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv1(x))
+        return self.conv2(y), y
+
+
+class ReshapedAway(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 4, 1, bias=False)
+        self.conv2 = nn.Conv2d(2, 3, 1)
+
+    def forward(self, x):
+        y = self.conv1(x)
+        return self.conv2(y.reshape(y.shape[0], 2, 2 * y.shape[2], y.shape[3]))
+
+
+LEFT_ALONE = {
+    "residual_add": Residual,
+    "concat": Concat,
+    "depthwise_consumer": lambda: Depthwise(4),
+    "grouped_consumer": lambda: Depthwise(2),
+    "grouped_producer": GroupedProducer,
+    "graph_output": AlsoAnOutput,
+    "reshape": ReshapedAway,
+}
+
+
+@pytest.mark.parametrize("case", list(LEFT_ALONE))
+def test_layouts_the_pass_cannot_prove_are_left_uncompacted(case):
+    torch.manual_seed(3)
+    m = LEFT_ALONE[case]().eval()
+    _zero_rows(m.conv1, [1, 2])
+    x = torch.randn(1, m.conv1.in_channels, 4, 4)
+    r = assert_exports(m, (x,), compact=True)
+    assert _removed(r, "conv1") == 0
+
+
+class TwoConsumers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 6, 1)
+        self.a = nn.Conv2d(6, 2, 3, padding=0)
+        self.b = nn.Conv2d(6, 2, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        y = torch.relu(self.conv1(x))
+        return self.a(y)[:, :, 1:-1, 1:-1] + self.b(y)[:, :, 2:-2, 2:-2]
+
+
+def test_branching_chain_slices_every_consumer():
+    torch.manual_seed(4)
+    m = TwoConsumers().eval()
+    _zero_rows(m.conv1, [0, 1, 4])
+    with torch.no_grad():
+        m.conv1.bias[:] = torch.tensor([-1.0, 0.7, 0.2, 0.1, -0.3, 0.5])
+    r = assert_exports(m, (torch.randn(1, 3, 8, 8),), compact=True)
+    assert _removed(r, "conv1") == 2  # channel 1 (relu(0.7) > 0) stays for the padded b
+
+
+class Mlp(nn.Module):
+    def __init__(self, bias3):
+        super().__init__()
+        self.fc1 = nn.Linear(6, 8)
+        self.fc2 = nn.Linear(8, 5)
+        self.fc3 = nn.Linear(5, 3, bias=bias3)
+
+    def forward(self, x):
+        return self.fc3(torch.tanh(self.fc2(torch.nn.functional.gelu(self.fc1(x)) + 0.5)))
+
+
+@pytest.mark.parametrize("bias3", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("shape", [(4, 6), (2, 3, 6)], ids=["rank2", "rank3"])
+def test_linear_chain_folds_into_bias_or_adds_one(bias3, shape):
+    """tanh(bias) of fc2's removed rows reaches fc3: added to its bias, or to a new one."""
+    torch.manual_seed(5)
+    m = Mlp(bias3).eval()
+    prune.ln_structured(m.fc1, "weight", amount=0.5, n=1, dim=0)
+    prune.ln_structured(m.fc2, "weight", amount=2, n=2, dim=0)
+    r = assert_exports(m, (torch.randn(*shape),), compact=True)
+    # gelu = x * 0.5 * (1 + erf(x / sqrt 2)): element-wise ops combining chain tensors
+    assert _removed(r, "fc1") == 4
+    assert _removed(r, "fc2") == 2
+    assert _layers(r)["fc3"].params_after == 3 * 3 + 3
+
+
+def test_every_channel_zero_keeps_one():
+    torch.manual_seed(6)
+    m = _two_convs(pad2=0)
+    _zero_rows(m.conv1, list(range(6)))
+    r = assert_exports(m, (torch.randn(1, 3, 5, 5),), compact=True)
+    assert _removed(r, "conv1") == 5
+
+
+# ---------------------------------------------------------------------------- ResNet-18
+def _resnet18(width=16):
+    try:
+        from fixtures.models import make_resnet18
+    except ImportError:
+        return _ResNet18(width)
+    return make_resnet18()
+
+
+class _Block(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                      nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+class _ResNet18(nn.Module):
+    """ResNet-18's layout (stem, 4 stages of 2 basic blocks, pool, fc) at a chosen width."""
+
+    def __init__(self, width=64, classes=10):
+        super().__init__()
+        w = [width, 2 * width, 4 * width, 8 * width]
+        self.conv1 = nn.Conv2d(3, w[0], 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(w[0])
+        self.pool = nn.MaxPool2d(3, 2, 1)
+        blocks, cin = [], w[0]
+        for i, c in enumerate(w):
+            blocks += [_Block(cin, c, 1 if i == 0 else 2), _Block(c, c, 1)]
+            cin = c
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(w[3], classes)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.bn1(self.conv1(x))))
+        x = self.blocks(x)
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def pruned_resnet18(width=16, seed=0):
+    """ResNet-18 with random BN statistics and ln_structured(0.5, n=2, dim=0) on every conv."""
+    torch.manual_seed(seed)
+    m = _resnet18(width)
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            with torch.no_grad():
+                mod.running_mean.uniform_(-0.5, 0.5)
+                mod.running_var.uniform_(0.5, 1.5)
+                mod.weight.uniform_(0.5, 1.5)
+                mod.bias.uniform_(-0.5, 0.5)
+        if isinstance(mod, nn.Conv2d):
+            prune.ln_structured(mod, "weight", amount=0.5, n=2, dim=0)
+    return m.eval()
+
+
+def test_resnet18_compacts_to_at_most_60_percent_and_matches_torch():
+    m = pruned_resnet18()
+    x = torch.randn(1, 3, 64, 64)
+    d = tempfile.mkdtemp(prefix="t2n-compact-")
+    full = t2n.export(m, (x,), os.path.join(d, "full.nnef.tar"), check=True)
+    small = assert_exports(m, (x,), compact=True, filename="small.nnef.tar")
+    assert small.archive_bytes <= 0.6 * full.archive_bytes, (small.archive_bytes,
+                                                            full.archive_bytes)
+    layers = _layers(small)
+    inner = [s for n, s in layers.items() if n.endswith(".conv1") and n.startswith("blocks")]
+    assert len(inner) == 8 and all(s.channels_removed == s.channels_before // 2 for s in inner)
+    assert "compaction: layer parameters" in small.report()
