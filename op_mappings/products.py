@@ -114,27 +114,35 @@ def _acc(dtype):
 
 @aten("tensordot")
 def tensordot(g, self, other, dims_self, dims_other, *_):
+    """Free axes of self x contracted axes, times contracted axes x free axes of other,
+    as one matmul (torch lets a contracted axis of size 1 meet one of size n)."""
     d = g.out_dtype()
-    # contracted axes of size 1 against size n broadcast in torch: make that explicit
-    sa, sb = list(self.shape), list(other.shape)
-    for i, j in zip(dims_self, dims_other):
-        i, j = i % self.rank, j % other.rank
-        if sa[i] == 1 and sb[j] != 1:
-            sa[i] = sb[j]
-        elif sb[j] == 1 and sa[i] != 1:
-            sb[j] = sa[i]
-    self, other = g.broadcast_to(self, sa), g.broadcast_to(other, sb)
-    letters = iter(string.ascii_letters)
-    a = [next(letters) for _ in range(self.rank)]
-    b = [next(letters) for _ in range(other.rank)]
-    for i, j in zip(dims_self, dims_other):
-        b[j % other.rank] = a[i % self.rank]
-    contracted = {a[i % self.rank] for i in dims_self}
-    out = [c for c in a if c not in contracted] + [c for c in b if c not in contracted]
-    r = _einsum(g, [self, other], f"{''.join(a)},{''.join(b)}->{''.join(out)}", d)
-    if d == torch.float16:
-        r = g.cast(r, d)
-    return r
+    ia = [i % self.rank for i in dims_self]
+    ib = [j % other.rank for j in dims_other]
+    a, b = g.cast(self, d), g.cast(other, d)
+    # a contracted axis of size 1 against size n: sum the other side over it first
+    sum_a = [i for i, j in zip(ia, ib) if a.shape[i] != 1 and b.shape[j] == 1]
+    sum_b = [j for i, j in zip(ia, ib) if b.shape[j] != 1 and a.shape[i] == 1]
+    if sum_a:
+        a = g.reduce("sum_reduce", a, sum_a, keepdim=True)
+    if sum_b:
+        b = g.reduce("sum_reduce", b, sum_b, keepdim=True)
+    sa, sb = list(a.shape), list(b.shape)
+    free_a = [i for i in range(a.rank) if i not in ia]
+    free_b = [j for j in range(b.rank) if j not in ib]
+
+    def prod(dims):
+        n = 1
+        for x in dims:
+            n = n * x
+        return n
+
+    m, k, n = prod([sa[i] for i in free_a]), prod([sa[i] for i in ia]), \
+        prod([sb[j] for j in free_b])
+    a2 = g.reshape(g.transpose(a, free_a + ia), [m, k])
+    b2 = g.reshape(g.transpose(b, ib + free_b), [k, n])
+    r = matmul_nd(g, a2, b2)
+    return g.reshape(r, [sa[i] for i in free_a] + [sb[j] for j in free_b])
 
 
 @aten("linalg_vecdot")
