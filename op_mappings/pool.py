@@ -216,6 +216,8 @@ def _adaptive_avg(g, self, output_size, n):
     out = _tuple(output_size, n) if output_size is not None else [None] * n
     x = self
     lead = self.rank - n
+    if all(o == 1 for o in out):  # global average pooling: one reduction
+        return g.reduce("mean_reduce", x, list(range(lead, x.rank)), keepdim=True)
     for i in range(n):
         x = _adaptive_axis(g, x, lead + i, out[i])
     return x
