@@ -125,38 +125,46 @@ def _equal_bag_size(g, indices, offsets, include_last_offset):
 
 
 def _range_step(g, offsets, n):
-    """k when ``offsets`` is the output of ``tract_core_range(0, n, k)`` (possibly cast) and
-    k divides n: what ``arange(0, numel, size(1))`` becomes for a 2-D input of dynamic batch."""
-    producer = _producer(g, offsets)
-    while producer is not None and producer.kind == "tract_core_cast":
-        producer = _producer(g, producer.args[0])
-    if producer is None or producer.kind != "tract_core_range":
-        return None
-    start, end, step = (producer.args + [producer.attrs.get(k) for k in ("start", "end", "step")
-                                         ])[:3] if len(producer.args) >= 3 else (
-        producer.attrs.get("start"), producer.attrs.get("end"), producer.attrs.get("step"))
-    start, end, step = (_static_or_sym(x) for x in (start, end, step))
-    if start != 0 or not isinstance(step, int) or step <= 0:
-        return None
-    try:
-        import sympy
+    """k when ``offsets`` is computed in the graph as ``k * range(0, m)`` (through casts and
+    a multiply by a constant, or a range with a step) with ``m * k == n``: what
+    ``arange(0, numel, size(1))`` becomes for a 2-D input with a dynamic batch."""
+    import sympy
 
-        if sympy.simplify(sympy.sympify(end) - sympy.sympify(n)) != 0:
+    k, t = 1, offsets
+    while True:
+        op = _producer(g, t)
+        if op is None:
             return None
-        if sympy.simplify(sympy.sympify(n) % step) != 0:
+        if op.kind == "tract_core_cast":
+            t = op.args[0]
+        elif op.kind == "mul" and len(op.args) == 2:
+            factor = [a for a in op.args if _const_int(a) is not None]
+            if len(factor) != 1:
+                return None
+            k *= _const_int(factor[0])
+            t = next(a for a in op.args if a is not factor[0])
+        elif op.kind == "tract_core_range":
+            break
+        else:
             return None
-    except (TypeError, ValueError):
+    if len(op.args) != 3:
         return None
-    return step
+    start, end, step = (_const_int(a) if hasattr(a, "is_const") else a for a in op.args)
+    if start != 0 or not isinstance(step, int) or step <= 0 or end is None:
+        return None
+    k *= step
+    length = sympy.ceiling(sympy.sympify(end) / step)
+    if k <= 0 or sympy.simplify(length * k - sympy.sympify(n)) != 0:
+        return None
+    return k
 
 
-def _static_or_sym(x):
-    """A range argument as an int or sympy expression (literal handles / wrapped dims)."""
-    if hasattr(x, "is_const") and x.is_const and x.value.numel() == 1:
-        return int(x.value.item())
-    if hasattr(x, "expr"):
-        return x.expr
-    return x
+def _const_int(t):
+    """The value of a constant scalar integer handle, else None."""
+    if getattr(t, "is_const", False) and t.value.numel() == 1 and \
+            not t.value.dtype.is_floating_point and t.value.dtype != torch.bool:
+        return int(t.value.item())
+    return None
 
 
 def _producer(g, t):

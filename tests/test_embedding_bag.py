@@ -245,8 +245,12 @@ def test_packed_2d(mode, opts):
     idx = torch.tensor([[1, 2, 3], [2, 2, 2], [9, 0, 2], [4, 4, 5]])
     idx = idx.int() if int32 else idx
     args = (idx,) + ((torch.rand(4, 3),) if psw else ())
-    result = assert_exports(model, args)
-    # equal bags lower to a reshape and a reduction, no scatter
+    other = (torch.randint(0, 10, (9, 3), dtype=idx.dtype),) + \
+        ((torch.rand(9, 3),) if psw else ())
+    names = ["indices"] + (["weights"] if psw else [])
+    result = assert_exports(model, args, more_args=[other], input_names=names,
+                            dynamic_axes={n: {0: "B"} for n in names})
+    # equal bags lower to a reshape and a reduction, no scatter, also with a dynamic batch
     assert "tract_core_scatter_elements" not in result.op_histogram
 
 
