@@ -126,11 +126,21 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     if not isinstance(f, (str, os.PathLike)):
         raise UsageError("f must be a path")
     f = os.fspath(f)
+    # argument checks before the trace, which can take minutes on a large model
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+               for v in (rtol, atol)):
+        raise UsageError(f"rtol and atol must be numbers >= 0 (got {rtol!r}, {atol!r})")
+    if set(options) - _KNOWN_OPTIONS:
+        raise UsageError("unknown export option(s): "
+                         f"{', '.join(sorted(set(options) - _KNOWN_OPTIONS))}")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(f))):
+        raise UsageError(f"cannot write {f}: directory {os.path.dirname(os.path.abspath(f))} "
+                         "does not exist")
+    in_names = _names(input_names, len(args), "input", "input")
     captured = capture(model, args)
     if captured.n_inputs != len(args):
         raise UsageError(f"the traced model takes {captured.n_inputs} tensor input(s), "
                          f"{len(args)} given")
-    in_names = _names(input_names, len(args), "input", "input")
     symbols = _symbols_for(dynamic_axes, in_names, args) if dynamic_axes else {}
 
     g = Graph()

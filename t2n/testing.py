@@ -1,15 +1,29 @@
-"""Helpers for test suites: export a model, run it in tract, compare with PyTorch.
+"""A pytest helper for your own test suite: does this model still export, and does tract
+compute what PyTorch computes?
 
+    import torch
     from t2n.testing import assert_exports
-    def test_my_model():
-        assert_exports(MyModel().eval(), (torch.randn(1, 3, 32, 32),))
 
-tract runs in a child process, so a tract crash fails one test, not the session.
+    def test_my_model_exports():
+        model = MyModel().eval()
+        assert_exports(model, (torch.randn(1, 3, 32, 32),))
+
+    def test_any_batch_size():
+        assert_exports(MyModel().eval(), (torch.randn(2, 3, 32, 32),),
+                       input_names=["x"], dynamic_axes={"x": {0: "B"}},
+                       more_args=[(torch.randn(5, 3, 32, 32),)])
+
+The archive goes to a temporary directory that is removed afterwards (set the environment
+variable ``T2N_KEEP_FAILED`` to a directory to keep the archives of failing checks). tract
+runs in a child process, so a tract crash fails one test, not the session. A failure is an
+``AssertionError`` whose message has the per-output figures (max abs / rel error); t2n's
+own errors (unsupported operators, bad arguments) propagate unchanged.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 from .check import DEFAULT_ATOL, DEFAULT_RTOL
@@ -18,30 +32,56 @@ from .check import DEFAULT_ATOL, DEFAULT_RTOL
 def assert_exports(model, args, *, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
                    more_args=(), filename: str = "model.nnef", **export_kwargs):
     """Export ``model`` on ``args``; assert tract matches PyTorch on ``args`` and on every
-    tuple of inputs in ``more_args`` (other sizes, for dynamic axes). Returns the
-    :class:`~t2n.api.ExportResult`."""
+    tuple of inputs in ``more_args`` (other sizes, for dynamic axes).
+
+    ``args`` is a tensor or a tuple of tensors; ``export_kwargs`` go to :func:`t2n.export`
+    (``input_names``, ``output_names``, ``dynamic_axes``, ...). Floats compare with
+    ``|tract - torch| <= atol + rtol * |torch|`` (NaN where torch has NaN), integers and
+    bools exactly. Returns the :class:`~t2n.api.ExportResult`.
+    """
+    __tracebackhide__ = True  # pytest: show the failure at the caller's line
     from .api import _as_args, check_archive, export
     from .errors import CheckFailedError, TractError
 
+    what = type(model).__name__ if not isinstance(model, (str, os.PathLike)) else str(model)
     with tempfile.TemporaryDirectory(prefix="t2n-test-") as d:
         path = os.path.join(d, filename)
+        shapes = [tuple(a.shape) for a in _as_args(args)]
         try:
             result = export(model, args, path, check=True, rtol=rtol, atol=atol,
                             **export_kwargs)
         except CheckFailedError as e:
-            raise AssertionError(f"tract differs from torch on the export inputs:\n{e}") from None
+            raise AssertionError(f"{what}: tract differs from torch on the export inputs "
+                                 f"(shapes {shapes}){_kept(path)}:\n{e}") from None
         except TractError as e:
-            raise AssertionError(f"tract failed on the export: {e}") from None
+            raise AssertionError(f"{what}: tract failed on the export{_kept(path)}: {e}") \
+                from None
         names = [o.name for o in result.outputs]
         for k, extra in enumerate(more_args):
             extra = _as_args(extra)
             try:
                 checks = check_archive(path, model, extra, names, rtol=rtol, atol=atol)
             except TractError as e:
-                raise AssertionError(f"tract failed on input set {k + 1}: {e}") from None
-            bad = [c for c in checks if not c.ok]
-            if bad:
-                raise AssertionError(f"tract differs from torch on input set {k + 1} "
-                                     f"(shapes {[tuple(a.shape) for a in extra]}):\n" +
+                raise AssertionError(f"{what}: tract failed on input set {k + 1}"
+                                     f"{_kept(path)}: {e}") from None
+            if not all(c.ok for c in checks):
+                raise AssertionError(f"{what}: tract differs from torch on input set {k + 1} "
+                                     f"(shapes {[tuple(a.shape) for a in extra]})"
+                                     f"{_kept(path)}:\n" +
                                      "\n".join("  " + c.line() for c in checks))
         return result
+
+
+def _kept(path: str) -> str:
+    """Copy a failing archive to $T2N_KEEP_FAILED (if set) and say where it went."""
+    keep = os.environ.get("T2N_KEEP_FAILED")
+    if not keep or not os.path.exists(path):
+        return ""
+    os.makedirs(keep, exist_ok=True)
+    dest = tempfile.mkdtemp(prefix="failed-", dir=keep)
+    target = os.path.join(dest, os.path.basename(path))
+    if os.path.isdir(path):
+        shutil.copytree(path, target)
+    else:
+        shutil.copy2(path, target)
+    return f" [archive kept in {target}]"
