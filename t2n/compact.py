@@ -426,11 +426,19 @@ def _removable(plan: _Plan) -> torch.Tensor:
     for op, t, kind in plan.consumers:
         c = plan.values[id(t)]
         ok &= torch.isfinite(c)
-        if kind == "conv" and not _no_padding(op):
+        if kind == "conv" and not _no_padding(op) and not _border_map_ok(op):
             ok &= c == 0
     if bool(ok.all()):  # keep one channel: tract has no empty convolutions
         ok[0] = False
     return ok
+
+
+def _border_map_ok(op: Op) -> bool:
+    """Whether a zero-padded conv can absorb constant channels through a border map: the
+    map needs explicit zero padding and static spatial sizes."""
+    x = op.args[0]
+    return op.attrs.get("border", "constant") == "constant" and bool(op.attrs.get("padding")) \
+        and all(isinstance(d, int) for d in x.shape[2:])
 
 
 def _no_padding(op: Op) -> bool:
@@ -503,6 +511,9 @@ def _shrink_conv_input(g: Graph, op: Op, keep, gone, c) -> None:
     op.args[1] = _replace(g, w, wv.index_select(1, keep))
     if delta is None:
         return
+    if not _no_padding(op):
+        _add_border_map(g, op, wv.index_select(1, gone), c)
+        return
     out_ch = int(wv.shape[0])
     bias = _conv_bias(op)
     if bias is not None and bias.rank:
@@ -515,6 +526,33 @@ def _shrink_conv_input(g: Graph, op: Op, keep, gone, c) -> None:
         label = _label(g, w)
         label = label[:-len("weight")] + "bias" if label and label.endswith("weight") else None
         _set_conv_bias(op, g.variable(new, label) if label else g.const(new))
+
+
+def _add_border_map(g: Graph, op: Op, w_gone: torch.Tensor, c: torch.Tensor) -> None:
+    """What constant channels contribute through a zero-padded conv depends on the position
+    (border outputs see fewer taps): it is ``conv(ones, sum_k c_k W[:, k])`` with the same
+    padding, an input-independent map. It is added after ``op``; the archive stores only
+    the one-channel filter, and tract folds the constant subgraph when it loads the model."""
+    shape = (w_gone.shape[0], 1) + tuple(w_gone.shape[2:])
+    w_eff = (w_gone.to(torch.float64) * c.to(torch.float64).reshape(1, -1, *[1] * (
+        w_gone.dim() - 2))).sum(dim=1).reshape(shape).to(w_gone.dtype)
+    x, y = op.args[0], op.outputs[0]
+    start = len(g.ops)
+    ones = g.broadcast_to(g.scalar(1.0, x.dtype), [1, 1] + list(x.shape[2:]))
+    label = _label(g, op.args[1])
+    label = label[:-len("weight")] + "border_map" if label and label.endswith("weight") \
+        else None
+    attrs = {k: v for k, v in op.attrs.items() if k != "bias"}
+    attrs["groups"] = 1
+    fmap = g.op("conv", ones, g.variable(w_eff, label), g.scalar(0.0, y.dtype),
+                out_shape=[1] + list(y.shape[1:]), out_dtype=y.dtype, **attrs)
+    inner = Tensor(g.fresh_name(op.kind), y.shape, y.dtype)
+    op.outputs[0] = inner
+    g.ops.append(Op("add", [inner, fmap], {}, [y]))
+    new = g.ops[start:]
+    del g.ops[start:]
+    at = g.ops.index(op) + 1
+    g.ops[at:at] = new
 
 
 def _shrink_linear_input(g: Graph, op: Op, keep, gone, c, uses) -> None:

@@ -2,6 +2,7 @@
 stay equal to PyTorch's, and every layout the pass cannot prove right is left alone."""
 
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -46,12 +47,22 @@ def _two_convs(pad2, dims=2):
     return m
 
 
-def test_padded_consumer_removes_only_channels_whose_constant_is_zero():
-    """relu(bias) > 0 with zero padding after it is not uniform: such channels stay."""
+def test_padded_consumer_gets_the_border_map_of_removed_constant_channels():
+    """relu(bias) > 0 through zero padding is not uniform (border outputs see fewer taps):
+    its exact contribution is added as conv(ones, folded one-channel filter)."""
     m = _two_convs(pad2=1)
     r = assert_exports(m, (torch.randn(2, 3, 7, 7),), compact=True)
+    assert _removed(r, "conv1") == 4
+    assert _layers(r)["conv2"].params_after == 4 * 2 * 9 + 4
+
+
+def test_padded_consumer_with_a_dynamic_size_keeps_nonzero_constant_channels():
+    """Without static spatial sizes there is no border map: only channels whose constant
+    is exactly 0 (relu of a non-positive bias) can go."""
+    m = _two_convs(pad2=1)
+    r = assert_exports(m, (torch.randn(2, 3, 7, 7),), more_args=[(torch.randn(1, 3, 5, 9),)],
+                       compact=True, dynamic_axes={"input_0": {0: "N", 2: "H", 3: "W"}})
     assert _removed(r, "conv1") == 3  # channels 2, 3, 5: relu(-0.25) = relu(0) = relu(-2) = 0
-    assert _layers(r)["conv2"].params_after == 4 * 3 * 9 + 4
 
 
 @pytest.mark.parametrize("dims", [1, 2, 3], ids=["conv1d", "conv2d", "conv3d"])
@@ -204,7 +215,7 @@ def test_branching_chain_slices_every_consumer():
     with torch.no_grad():
         m.conv1.bias[:] = torch.tensor([-1.0, 0.7, 0.2, 0.1, -0.3, 0.5])
     r = assert_exports(m, (torch.randn(1, 3, 8, 8),), compact=True)
-    assert _removed(r, "conv1") == 2  # channel 1 (relu(0.7) > 0) stays for the padded b
+    assert _removed(r, "conv1") == 3  # folded into a's bias and into b's border map
 
 
 class Mlp(nn.Module):
@@ -242,65 +253,12 @@ def test_every_channel_zero_keeps_one():
 
 
 # ---------------------------------------------------------------------------- ResNet-18
-def _resnet18(width=16):
-    try:
-        from fixtures.models import make_resnet18
-    except ImportError:
-        return _ResNet18(width)
-    return make_resnet18()
+def pruned_resnet18(num_classes=10):
+    """The ResNet-18 fixture with ln_structured(amount=0.5, n=2, dim=0) on every conv."""
+    from fixtures.models import make_resnet18
 
-
-class _Block(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                      nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = torch.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return torch.relu(y + (x if self.down is None else self.down(x)))
-
-
-class _ResNet18(nn.Module):
-    """ResNet-18's layout (stem, 4 stages of 2 basic blocks, pool, fc) at a chosen width."""
-
-    def __init__(self, width=64, classes=10):
-        super().__init__()
-        w = [width, 2 * width, 4 * width, 8 * width]
-        self.conv1 = nn.Conv2d(3, w[0], 7, 2, 3, bias=False)
-        self.bn1 = nn.BatchNorm2d(w[0])
-        self.pool = nn.MaxPool2d(3, 2, 1)
-        blocks, cin = [], w[0]
-        for i, c in enumerate(w):
-            blocks += [_Block(cin, c, 1 if i == 0 else 2), _Block(c, c, 1)]
-            cin = c
-        self.blocks = nn.Sequential(*blocks)
-        self.fc = nn.Linear(w[3], classes)
-
-    def forward(self, x):
-        x = self.pool(torch.relu(self.bn1(self.conv1(x))))
-        x = self.blocks(x)
-        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
-
-
-def pruned_resnet18(width=16, seed=0):
-    """ResNet-18 with random BN statistics and ln_structured(0.5, n=2, dim=0) on every conv."""
-    torch.manual_seed(seed)
-    m = _resnet18(width)
+    m = make_resnet18(num_classes=num_classes)
     for mod in m.modules():
-        if isinstance(mod, nn.BatchNorm2d):
-            with torch.no_grad():
-                mod.running_mean.uniform_(-0.5, 0.5)
-                mod.running_var.uniform_(0.5, 1.5)
-                mod.weight.uniform_(0.5, 1.5)
-                mod.bias.uniform_(-0.5, 0.5)
         if isinstance(mod, nn.Conv2d):
             prune.ln_structured(mod, "weight", amount=0.5, n=2, dim=0)
     return m.eval()
@@ -315,6 +273,7 @@ def test_resnet18_compacts_to_at_most_60_percent_and_matches_torch():
     assert small.archive_bytes <= 0.6 * full.archive_bytes, (small.archive_bytes,
                                                             full.archive_bytes)
     layers = _layers(small)
-    inner = [s for n, s in layers.items() if n.endswith(".conv1") and n.startswith("blocks")]
+    inner = [s for n, s in layers.items() if n.startswith("layer") and n.endswith(".conv1")]
     assert len(inner) == 8 and all(s.channels_removed == s.channels_before // 2 for s in inner)
     assert "compaction: layer parameters" in small.report()
+    shutil.rmtree(d)
