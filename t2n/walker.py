@@ -35,6 +35,9 @@ VIEW_OPS = {"slice", "select", "narrow", "view", "reshape", "_unsafe_view", "tra
             "permute", "t", "unsqueeze", "squeeze", "alias", "detach", "diagonal", "expand",
             "as_strided", "unflatten", "flatten", "view_as", "reshape_as", "expand_as",
             "unfold", "movedim", "swapaxes", "swapdims", "numpy_T", "contiguous"}
+# Ops returning a list of views of their input (registered when the list is unpacked).
+LIST_VIEW_OPS = {"split", "split_with_sizes", "chunk", "unbind", "unsafe_split",
+                 "unsafe_chunk", "tensor_split"}
 # Ops that must not be folded even when their inputs are constants.
 _NON_DETERMINISTIC = {"rand", "randn", "randint", "rand_like", "randn_like", "randint_like",
                       "bernoulli", "bernoulli_", "normal", "normal_", "uniform_", "multinomial",
@@ -95,6 +98,7 @@ class Walker:
         self.labels = labels  # id(tensor) -> state_dict name, for weights
         self.env: dict = {}
         self.views: dict = {}  # value -> _View
+        self.list_views: dict = {}  # list value of split/chunk/unbind -> (source, [links])
         self.version: dict = {}  # base value -> mutation count
         self.problems: dict[str, list] = {}
         self._schemas: dict[str, object] = {}
@@ -206,6 +210,10 @@ class Walker:
         if name == "TupleConstruct":
             return [tuple(inputs)]
         if name in ("ListUnpack", "TupleUnpack"):
+            if node.inputsAt(0) in self.list_views:  # a, b = y.split(2): views of y
+                src, chain = self.list_views[node.inputsAt(0)]
+                for out, link in zip(node.outputs(), chain):
+                    self._register_view_of(src, out, link)
             return list(inputs[0])
         if name == "TupleIndex":
             return [inputs[0][inputs[1]]]
@@ -291,6 +299,10 @@ class Walker:
         results = [self._conform(name, o, r, s) for o, r, s in zip(outs, results, shapes)]
         if name in VIEW_OPS and isinstance(args[0], Tensor):
             self._register_view(node, name, args)
+        if name in LIST_VIEW_OPS and isinstance(args[0], Tensor) and \
+                isinstance(results[0], list):
+            self.list_views[node.output()] = (node.inputsAt(0),
+                                              _list_view_chain(name, args, results[0]))
         return results
 
     def _to_python(self, name: str, x):
@@ -413,14 +425,15 @@ class Walker:
 
     # ------------------------------------------------------------------ views and in-place
     def _register_view(self, node, name: str, args: list) -> None:
-        src = node.inputsAt(0)
-        out = node.output()
+        self._register_view_of(node.inputsAt(0), node.output(), (name, args[1:]))
+
+    def _register_view_of(self, src, out, link) -> None:
         parent = self.views.get(src)
         if parent is not None:
-            self.views[out] = _View(parent.base, parent.chain + [(name, args[1:])],
+            self.views[out] = _View(parent.base, parent.chain + [link],
                                     self.version.get(parent.base, 0))
         else:
-            self.views[out] = _View(src, [(name, args[1:])], self.version.get(src, 0))
+            self.views[out] = _View(src, [link], self.version.get(src, 0))
 
     def _inplace(self, node, name: str, fn, args: list) -> list:
         target_v = node.inputsAt(0)
@@ -450,7 +463,11 @@ class Walker:
         if not chain:
             return value
         (name, args), rest = chain[0], chain[1:]
-        inner = registry.lookup(name)(self.g, base, *args)
+        node, self.g.node = self.g.node, None  # the view ops are re-run out of their node:
+        try:  # the traced shapes of the in-place node are not theirs (view(2, 6)[0] = v)
+            inner = registry.lookup(name)(self.g, base, *args)
+        finally:
+            self.g.node = node
         new_inner = self._write_back(inner, rest, value)
         return _scatter_view(self.g, name, base, new_inner, args)
 
@@ -467,8 +484,16 @@ def _scatter_view(g: Graph, name: str, base: Tensor, src: Tensor, args: list) ->
         perm = list(range(base.rank))
         perm[d0], perm[d1] = perm[d1], perm[d0]
         return g.transpose(src, perm)
-    if name == "t":
+    if name in ("t", "numpy_T"):
         return g.transpose(src, list(range(base.rank))[::-1])
+    if name in ("movedim", "moveaxis"):
+        moved = [d % base.rank for d in _as_list(args[0])]
+        perm = [None] * base.rank
+        for s, d in zip(moved, (d % base.rank for d in _as_list(args[1]))):
+            perm[d] = s
+        rest = iter(i for i in range(base.rank) if i not in moved)
+        perm = [p if p is not None else next(rest) for p in perm]
+        return g.transpose(src, [perm.index(i) for i in range(base.rank)])
     if name == "permute":
         perm = [d % base.rank for d in args[0]]
         inv = [0] * len(perm)
@@ -492,6 +517,25 @@ def _scatter_view(g: Graph, name: str, base: Tensor, src: Tensor, args: list) ->
 
 class _Unsupported(Exception):
     pass
+
+
+def _as_list(x) -> list:
+    return [x] if isinstance(x, int) else list(x)
+
+
+def _list_view_chain(name: str, args: list, parts: list) -> list:
+    """For each tensor a split/chunk/unbind returns, the view op that gives it from the
+    input: ``("select", [dim, k])`` for unbind, ``("slice", [dim, start, end, 1])`` else."""
+    at = 1 if name == "unbind" else 2  # position of ``dim`` in the schema
+    dim = args[at] if len(args) > at else 0
+    axis = dim % args[0].rank
+    if name == "unbind":
+        return [("select", [axis, k]) for k in range(len(parts))]
+    links, start = [], 0
+    for p in parts:
+        links.append(("slice", [axis, start, start + p.shape[axis], 1]))
+        start = start + p.shape[axis]
+    return links
 
 
 def _pruned_label(name: str, labels: list[str]) -> str | None:

@@ -94,7 +94,32 @@ def masked_fill_on_select(x, m):
     return y
 
 
+def through_reshape_view(x):
+    y = x.clone()
+    y.view(2, 6)[0] = 1.0  # view re-run during the write-back: its own shape, not copy_'s
+    return y
+
+
+def through_numpy_T_and_movedim(x):
+    y = x.clone()
+    y.T[1:, 0].fill_(7.0)
+    y.movedim(0, 1)[2] = 1.5
+    return y
+
+
+def split_parts_are_views(x):
+    y = x.clone()
+    a, b = y.split(2)
+    a.zero_()
+    y.unbind(1)[2].fill_(3.0)
+    y.chunk(3, 1)[1].add_(10)
+    return y, b
+
+
 CASES = {
+    "through_reshape_view": (through_reshape_view, (torch.randn(4, 3),)),
+    "through_numpy_T_and_movedim": (through_numpy_T_and_movedim, (torch.randn(4, 3),)),
+    "split_unbind_chunk_parts": (split_parts_are_views, (torch.randn(4, 3),)),
     "slice_assign": (slab, (torch.randn(3, 5), torch.randn(3, 2))),
     "strided_assign": (strided, (torch.randn(5, 6), torch.randn(5, 3))),
     "select_chain": (select_chain, (torch.randn(3, 4, 5), torch.randn(4))),
