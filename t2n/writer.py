@@ -42,11 +42,17 @@ def render_graph(g: Graph) -> str:
     for t in g.inputs:
         lines.append(f"  {t.name} = {_external(t)};")
     labels = g.final_labels(used)
+    aliases = same_bytes_aliases(g, used)
     for v in g.variables:
-        if id(v.tensor) in used:
+        if id(v.tensor) in used and id(v.tensor) not in aliases:
             shape = ", ".join(str(int(d)) for d in v.tensor.shape)
             lines.append(f"  {v.tensor.name} = variable<{_nnef_type(v.tensor.dtype)}>"
                          f"(shape = [{shape}], label = {format_value(labels[id(v.tensor)])});")
+    for v in g.variables:
+        if id(v.tensor) in aliases:
+            shape = ", ".join(str(int(d)) for d in v.tensor.shape)
+            lines.append(f"  {v.tensor.name} = reshape({aliases[id(v.tensor)].tensor.name}, "
+                         f"shape = [{shape}]);")
     for op in ops:
         lines.append("  " + _op_line(op) + ";")
     for name, t in zip(g.output_names, g.outputs):
@@ -54,6 +60,29 @@ def render_graph(g: Graph) -> str:
             lines.append(f"  {name} = copy({format_value(t)});")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def same_bytes_aliases(g: Graph, used: set[int]) -> dict[int, Variable]:
+    """{id(tensor): first variable} for used variables whose bytes ARE an earlier one's.
+
+    A weight reshaped for broadcasting (``unsqueeze_to_rank`` on a tied embedding used by
+    both a gather and a matmul) is a second variable over the same storage; writing it twice
+    would double its share of the archive. It is declared as a ``reshape`` of the first one
+    instead (tract folds it when optimising). Only contiguous views of the very same bytes
+    qualify: equal data pointer, dtype and element count.
+    """
+    first: dict[tuple, Variable] = {}
+    out: dict[int, Variable] = {}
+    for v in g.variables:
+        d = v.data
+        if id(v.tensor) not in used or d.numel() == 0 or not d.is_contiguous():
+            continue
+        key = (d.data_ptr(), d.dtype, d.numel())
+        if key in first:
+            out[id(v.tensor)] = first[key]
+        else:
+            first[key] = v
+    return out
 
 
 def _name_outputs(g: Graph, ops) -> None:
@@ -123,8 +152,9 @@ def payload_bytes(g: Graph, graph_text: bytes) -> int:
     """Bytes of graph.nnef plus every .dat file (the total a progress display counts to)."""
     used = g.used_tensors(g.live_ops())
     total = len(graph_text)
+    aliases = same_bytes_aliases(g, used)
     for v in g.variables:
-        if id(v.tensor) in used:
+        if id(v.tensor) in used and id(v.tensor) not in aliases:
             n = v.data.numel()
             n = (n + 7) // 8 if v.data.dtype == torch.bool else n * v.data.element_size()
             total += 128 + n
@@ -139,7 +169,9 @@ def _members(g: Graph, graph_text: bytes):
     used = g.used_tensors(ops)
     yield "graph.nnef", graph_text, b""
     labels = g.final_labels(used)
-    vars_: list[Variable] = [v for v in g.variables if id(v.tensor) in used]
+    aliases = same_bytes_aliases(g, used)
+    vars_: list[Variable] = [v for v in g.variables
+                             if id(v.tensor) in used and id(v.tensor) not in aliases]
     for v in sorted(vars_, key=lambda v: labels[id(v.tensor)]):
         name = labels[id(v.tensor)] + ".dat"
         payload = dat_payload(v.data)

@@ -245,3 +245,28 @@ def test_export_quiet_option_draws_nothing(tmp_path, monkeypatch, capfd):
     assert "t2n: writing" not in capfd.readouterr().err
     _export(tmp_path, "m2.tar", progress=True)
     assert "t2n: writing" in capfd.readouterr().err
+
+
+class _Tied(torch.nn.Module):
+    """GPT-2's tied embedding: one table read by a gather and by a rank-3 matmul."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(300, 64)
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        return torch.nn.functional.linear(h, self.emb.weight)
+
+
+def test_tied_weight_written_once(tmp_path):
+    model = _Tied().eval()
+    ids = torch.randint(0, 300, (2, 7))
+    assert_exports(model, (ids,), filename="m.tar")
+    path = tmp_path / "m.tar"
+    t2n.export(model, (ids,), str(path))
+    with tarfile.open(path) as t:
+        dats = [m for m in t.getmembers() if m.name.endswith(".dat")]
+        graph = t.extractfile("graph.nnef").read().decode()
+    assert [m.name for m in dats] == ["emb.weight.dat"], graph
+    assert sum(m.size for m in dats) == 128 + 300 * 64 * 4
