@@ -272,7 +272,11 @@ class Walker:
         if self._is_python_arith(name, inputs):
             return [_PY_ARITH[name](*[_py(x) for x in inputs])]
         if self._foldable(name, inputs):
-            return self._fold(node, name, inputs)
+            folded = self._fold(node, name, inputs)
+            if name in ("detach", "alias"):  # weight.detach() then an in-place op on it
+                # (embedding max_norm renorms the table): the write must reach the weight
+                self._register_view_of(node.inputsAt(0), node.output(), (name, []))
+            return folded
 
         fn = registry.lookup(name)
         if fn is None:
@@ -440,6 +444,10 @@ class Walker:
         target = args[0]
         if not isinstance(target, Tensor):
             raise _Unsupported("in-place op on a non-tensor")
+        if name[:-1] in VIEW_OPS:  # t_, transpose_, unsqueeze_: same data, new layout
+            result = fn(self.g, *args)
+            self._register_view(node, name[:-1], args)
+            return [result]
         result = fn(self.g, *args)
         result = self.g.cast(result, target.dtype)
         if tuple(result.shape) != tuple(target.shape):

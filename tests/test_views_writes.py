@@ -116,7 +116,17 @@ def split_parts_are_views(x):
     return y, b
 
 
+def layout_changing_inplace(x):
+    y = x.clone()
+    z = y[0]  # a view in the old layout
+    y.t_()
+    z.fill_(2.0)  # row 0 of the old layout = column 0 of y now
+    y.unsqueeze_(0)
+    return y * 2
+
+
 CASES = {
+    "layout_changing_inplace": (layout_changing_inplace, (torch.randn(4, 3),)),
     "through_reshape_view": (through_reshape_view, (torch.randn(4, 3),)),
     "through_numpy_T_and_movedim": (through_numpy_T_and_movedim, (torch.randn(4, 3),)),
     "split_unbind_chunk_parts": (split_parts_are_views, (torch.randn(4, 3),)),
