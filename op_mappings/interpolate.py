@@ -1,0 +1,143 @@
+"""Interpolation (``F.interpolate`` / ``nn.Upsample``): nearest, nearest-exact, linear,
+bilinear, trilinear, bicubic, with ``align_corners`` and ``scale_factor``.
+
+Each spatial axis is resampled separately: source indices and weights are computed here,
+at export time, with PyTorch's own coordinate formulas, then applied with one
+``tract_core_gather`` per tap (1 for nearest, 2 for linear, 4 for cubic) and a weighted sum.
+The op count depends on the number of axes and taps only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from t2n.registry import aten
+
+
+def _scale(in_n, out_n, scale_factor, align_corners, linear):
+    if linear and align_corners:
+        return (in_n - 1) / (out_n - 1) if out_n > 1 else 0.0
+    if scale_factor is not None and scale_factor > 0:
+        return 1.0 / scale_factor
+    return in_n / out_n
+
+
+def _taps(mode, in_n, out_n, scale_factor, align_corners):
+    """[(index array [out_n], weight array [out_n] or None)] for one axis."""
+    dst = np.arange(out_n, dtype=np.float64)
+    if mode in ("nearest", "nearest-exact"):
+        s = np.float32(_scale(in_n, out_n, scale_factor, False, False))
+        off = 0.5 if mode == "nearest-exact" else 0.0
+        src = np.floor((dst.astype(np.float32) + np.float32(off)) * s).astype(np.int64)
+        return [(np.minimum(src, in_n - 1), None)]
+    s = np.float32(_scale(in_n, out_n, scale_factor, align_corners, True))
+    d32 = dst.astype(np.float32)
+    if align_corners:
+        src = s * d32
+    else:
+        src = s * (d32 + np.float32(0.5)) - np.float32(0.5)
+        if mode != "cubic":
+            src = np.maximum(src, np.float32(0.0))
+    if mode == "linear":
+        i0 = np.floor(src).astype(np.int64)
+        i0 = np.minimum(i0, in_n - 1)
+        lam = (src - i0.astype(np.float32)).astype(np.float32)
+        i1 = np.minimum(i0 + 1, in_n - 1)
+        return [(i0, (np.float32(1.0) - lam)), (i1, lam)]
+    # cubic convolution, A = -0.75, indices clamped to the border
+    i = np.floor(src).astype(np.int64)
+    t = (src - i.astype(np.float32)).astype(np.float64)
+    a = -0.75
+
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    ws = [far(t + 1), near(t), near(1 - t), far(2 - t)]
+    return [(np.clip(i + k - 1, 0, in_n - 1), w.astype(np.float32)) for k, w in enumerate(ws)]
+
+
+def resample(g, x, mode, out_sizes, scale_factors, align_corners):
+    n_sp = len(out_sizes)
+    y = x
+    d = x.dtype
+    for k in range(n_sp):
+        axis = x.rank - n_sp + k
+        in_n = y.shape[axis]
+        out_n = out_sizes[k]
+        if not isinstance(in_n, int) or not isinstance(out_n, int):
+            raise g.error("interpolation over a dynamic spatial axis is not supported")
+        sf = scale_factors[k] if scale_factors else None
+        taps = _taps(mode, in_n, out_n, sf, align_corners)
+        acc = None
+        for idx, w in taps:
+            part = g.gather(y, g.const(torch.from_numpy(idx)), axis)
+            if w is not None:
+                shape = [1] * y.rank
+                shape[axis] = out_n
+                wt = g.const(torch.from_numpy(w.reshape(shape)).to(d))
+                part = g.binary("mul", part, wt, d)
+            acc = part if acc is None else g.binary("add", acc, part, d)
+        y = acc
+    return y
+
+
+def _parse(g, x, n_sp, args, has_align):
+    """(output sizes, scale factors, align_corners) from the vec or the scalar overloads."""
+    args = list(args)
+    output_size = args.pop(0) if args else None
+    align = False
+    if has_align and args:
+        align = bool(args.pop(0)) if args[0] is not None else False
+    scales = None
+    if args:
+        if len(args) == 1 and (args[0] is None or isinstance(args[0], (list, tuple))):
+            scales = list(args[0]) if args[0] is not None else None
+        else:
+            scales = [a for a in args][:n_sp]
+            if all(s is None for s in scales):
+                scales = None
+    out = list(g.out_shape()[-n_sp:]) if g.node is not None else list(output_size)
+    return out, scales, align
+
+
+def _upsample(mode, n_sp, has_align):
+    def fn(g, self, *args):
+        out, scales, align = _parse(g, self, n_sp, args, has_align)
+        x = self
+        if not x.dtype.is_floating_point and mode not in ("nearest", "nearest-exact"):
+            raise g.error(f"{mode} interpolation of {x.dtype} tensors")
+        return resample(g, x, mode, out, scales, align)
+
+    fn.__name__ = f"upsample_{mode}_{n_sp}d"
+    fn.__qualname__ = fn.__name__
+    return fn
+
+
+for _n in (1, 2, 3):
+    aten(f"upsample_nearest{_n}d")(_upsample("nearest", _n, False))
+    aten(f"_upsample_nearest_exact{_n}d")(_upsample("nearest-exact", _n, False))
+aten("upsample_linear1d")(_upsample("linear", 1, True))
+aten("upsample_bilinear2d")(_upsample("linear", 2, True))
+aten("upsample_trilinear3d")(_upsample("linear", 3, True))
+aten("upsample_bicubic2d")(_upsample("cubic", 2, True))
+
+
+@aten("grid_sampler", "grid_sampler_2d")
+def grid_sampler(g, input, grid, interpolation_mode=0, padding_mode=0, align_corners=False):
+    if input.rank != 4:
+        raise g.error("grid_sample is supported for 4-D inputs only")
+    modes = {0: "bilinear", 1: "nearest", 2: "bicubic"}
+    pads = {0: "zeros", 1: "border", 2: "reflection"}
+    out = list(g.out_shape()) if g.node is not None else None
+    return g.op("tract_core_grid_sample", input, g.cast(grid, input.dtype),
+                mode=modes[interpolation_mode], padding_mode=pads[padding_mode],
+                align_corners=bool(align_corners), out_shape=out)
+
+
+del math
