@@ -15,6 +15,7 @@ import torch
 from t2n.registry import aten
 
 INDEX_DTYPES = (torch.int64, torch.int32)
+_INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
 def numel(shape) -> object:
@@ -93,7 +94,7 @@ def index_select(g, self, dim, index):
 
 @aten("take")
 def take(g, self, index):
-    _check_index_dtype(g, "index", index, (torch.int64,))
+    _check_index_dtype(g, "index", index, _INTEGER_DTYPES)
     flat = flatten_all(g, self) if self.rank else g.reshape(self, [1])
     check_const_indices(g, "index", index, flat.shape[0])
     return g.gather(flat, index, 0)
@@ -101,7 +102,8 @@ def take(g, self, index):
 
 @aten("take_along_dim")
 def take_along_dim(g, self, indices, dim=None):
-    _check_index_dtype(g, "indices", indices, (torch.int64,))
+    _check_index_dtype(g, "indices", indices, _INTEGER_DTYPES)
+    indices = g.cast(indices, torch.int64)
     if dim is None:
         return take(g, self, flatten_all(g, indices) if indices.rank else
                     g.reshape(indices, [1]))
@@ -133,7 +135,13 @@ def _broadcast(g, a, b):
 
 @aten("gather")
 def gather(g, self, dim, index, sparse_grad=False):
-    _check_index_dtype(g, "index", index, (torch.int64,))
+    # torch takes int64 and int32 (and any integer dtype for an empty index)
+    _check_index_dtype(g, "index", index, _INTEGER_DTYPES)
+    index = g.cast(index, torch.int64)
+    if any(isinstance(d, int) and d == 0 for d in index.shape):
+        # an empty index may even differ in rank from self (torch allows it): empty result
+        return g.op("tract_core_broadcast", g.scalar(0, self.dtype), shape=list(index.shape),
+                    out_shape=list(index.shape), out_dtype=self.dtype)
     if self.rank == 0 or index.rank == 0:
         # torch allows a rank-0 input or index (of matching rank): go through rank 1
         one = gather(g, g.reshape(self, [1]) if self.rank == 0 else self, dim,
@@ -151,6 +159,52 @@ def embedding(g, weight, indices, padding_idx=-1, scale_grad_by_freq=False, spar
     _check_index_dtype(g, "indices", indices)
     check_const_indices(g, "indices", indices, weight.shape[0])
     return g.gather(weight, indices, 0)
+
+
+@aten("embedding_renorm")
+def embedding_renorm(g, self, indices, max_norm, norm_type):
+    """``embedding(..., max_norm=)`` first rescales, in place, every row of the table that
+    ``indices`` reference and whose ``norm_type``-norm exceeds ``max_norm`` (by
+    ``max_norm / (norm + 1e-7)``). Returned as the whole new table (the walker writes it back
+    into the weight): rows referenced are found by comparing all row numbers with all indices
+    (one ``any_reduce``), so the op count does not depend on the number of indices."""
+    if self.rank != 2:
+        raise g.error(f"self: the embedding table must be 2-D, got rank {self.rank}")
+    if not self.dtype.is_floating_point:
+        raise g.error(f"self: max_norm needs a floating-point table, got {self.dtype}")
+    ids = flatten_all(g, g.cast(indices, torch.int64)) if indices.rank else \
+        g.reshape(g.cast(indices, torch.int64), [1])
+    rows = self.shape[0]
+    if isinstance(rows, int):
+        numbers = g.const(torch.arange(rows).reshape(rows, 1))
+    else:
+        numbers = g.unsqueeze(g.op("tract_core_range", 0, rows, 1, out_dtype=torch.int64,
+                                   out_shape=[rows]), [1])
+    hit = g.binary("eq", numbers, g.unsqueeze(ids, [0]), out_dtype=torch.bool)
+    used = g.reduce("any_reduce", hit, [1], keepdim=True)
+    norm = _row_norm(g, self, float(norm_type))
+    big = g.binary("gt", norm, g.scalar(float(max_norm), self.dtype), out_dtype=torch.bool)
+    scale = g.binary("div", g.scalar(float(max_norm), self.dtype),
+                     g.binary("add", norm, g.scalar(1e-7, self.dtype)))
+    scaled = g.binary("mul", self, scale)
+    cond = g.binary("and", used, big, dtype=torch.bool)
+    return g.op("select", cond, scaled, self, out_dtype=self.dtype, out_shape=self.shape)
+
+
+def _row_norm(g, t, p: float):
+    """The ``p``-norm of each row of a 2-D tensor, shape ``[rows, 1]``."""
+    a = g.unary("abs", t)
+    if p == float("inf"):
+        return g.reduce("max_reduce", a, [1], keepdim=True)
+    if p == 1.0:
+        return g.reduce("sum_reduce", a, [1], keepdim=True)
+    if p == 2.0:
+        return g.unary("sqrt", g.reduce("sum_reduce", g.unary("sqr", t), [1], keepdim=True))
+    if p <= 0:
+        raise g.error(f"norm_type: {p} is not supported (use a positive p or inf)")
+    powered = g.binary("pow", a, g.scalar(p, t.dtype))
+    return g.binary("pow", g.reduce("sum_reduce", powered, [1], keepdim=True),
+                    g.scalar(1.0 / p, t.dtype))
 
 
 @aten("masked_fill")

@@ -50,6 +50,8 @@ def narrow(g, self, dim, start, length):
     if hasattr(start, "rank") and start.is_const:
         start = int(start.value)
     if hasattr(start, "rank"):
+        if length == 0:  # any valid start gives the same empty slice (dyn_slice refuses 0..0)
+            return g.slice(self, axis, 0, 0)
         return _dyn_narrow(g, self, axis, start, length)
     if isinstance(start, int) and start < 0:
         start = start + n

@@ -72,6 +72,9 @@ CASES = {
     "gather-rank1": (lambda x, i: torch.gather(x, 0, i), (torch.randn(5), _t(4, 0, 4, 1))),
     "gather-rank0": (lambda x, i: torch.gather(x, 0, i), (torch.tensor(3.0), torch.tensor(0))),
     "gather-empty": (lambda x, i: torch.gather(x, 1, i), (X, torch.zeros(3, 0, 5, dtype=L))),
+    "gather-int32_index": (lambda x, i: torch.gather(x, 1, i), (X, _t(3, 0, dtype=I32).view(1, 1, 2))),
+    "gather-empty_index_other_rank": (lambda x, i: torch.gather(x, 0, i),
+                                      (torch.randn(5), torch.zeros(2, 0, dtype=L))),
     "gather-int_data": (lambda x, i: torch.gather(x, 1, i),
                         (torch.randint(-9, 9, (2, 4)), _t(3, 3, 0, 1).view(2, 2))),
     "gather-bool_data": (lambda x, i: torch.gather(x, 0, i),
@@ -85,6 +88,16 @@ CASES = {
     "embedding-int32": (lambda w, i: F.embedding(i, w), (torch.randn(7, 3), _t(0, 6, dtype=I32))),
     "embedding-padding_idx": (lambda w, i: F.embedding(i, w, padding_idx=0),
                               (torch.randn(7, 3), _t(0, 2, 0))),
+    "embedding-max_norm": (lambda w, i: F.embedding(i, w, max_norm=1.0),
+                           (torch.randn(7, 3), _t(1, 1, 6, 0).view(2, 2))),
+    "embedding-max_norm_p1_and_weight_after": (
+        lambda w, i: (F.embedding(i, w, max_norm=0.5, norm_type=1.0), w * 1),
+        (torch.randn(7, 3), _t(2, 5))),
+    "embedding-max_norm_inf": (lambda w, i: F.embedding(i, w, max_norm=0.3,
+                                                        norm_type=float("inf")),
+                               (torch.randn(7, 3), _t(3, 3, 4))),
+    "embedding-max_norm_p3": (lambda w, i: F.embedding(i, w, max_norm=0.8, norm_type=3.0),
+                              (torch.randn(7, 3), _t(0, 6))),
     "embedding-empty": (lambda w, i: F.embedding(i, w),
                         (torch.randn(7, 3), torch.zeros(2, 0, dtype=L))),
     "index-table_rank3": (lambda w, i: w[i], (torch.randn(5, 2, 3), _t(4, 0))),
@@ -170,6 +183,15 @@ def test_gather_family(case):
 def test_embedding_module_with_padding_idx():
     emb = torch.nn.Embedding(10, 4, padding_idx=3)
     check(emb, torch.tensor([[3, 9, 0], [1, 3, 3]]))
+
+
+def test_embedding_module_with_max_norm():
+    """The table rows a batch references are renormalised before the lookup; rows it does not
+    reference are left alone (checked on a second batch hitting other rows)."""
+    emb = torch.nn.Embedding(10, 4, max_norm=1.0)
+    with torch.no_grad():
+        emb.weight.mul_(3)
+    check(emb, torch.tensor([[3, 9, 0], [1, 3, 3]]), more=[(torch.tensor([[2, 4, 5]] * 2),)])
 
 
 # ------------------------------------------------------------------ dynamic shapes

@@ -71,6 +71,7 @@ def test_narrow_with_runtime_start():
 
     x = torch.randn(2, 7)
     check(fn, x, torch.tensor(2), more=[(x, torch.tensor(-4)), (x, torch.tensor(0))])
+    check(lambda x, s: x.narrow(-1, s, 0), x, torch.tensor(3))  # zero length
 
 
 def test_slices_follow_a_dynamic_axis():
