@@ -7,6 +7,8 @@ from the end otherwise).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from t2n.registry import aten
@@ -20,6 +22,8 @@ def _promoted(g, a, b):
 @aten("add")
 def add(g, self, other, alpha=1):
     dtype = _promoted(g, self, other)
+    if dtype == torch.bool:  # bool + bool is logical or in torch
+        return g.binary("or", self, other, torch.bool)
     if alpha != 1:
         other = mul_scalar(g, other, alpha, dtype)
     return g.binary("add", self, other, dtype)
@@ -52,7 +56,24 @@ def mul(g, self, other):
     dtype = _promoted(g, self, other)
     if dtype == torch.bool:
         return g.binary("and", self, other, torch.bool)
+    if self is other and not dtype.is_floating_point:
+        return int_power(g, g.cast(self, dtype), 2)
     return g.binary("mul", self, other, dtype)
+
+
+def int_power(g, x, n: int):
+    """x ** n for an integer tensor and a static n >= 0, exact (wrapping like torch).
+
+    tract rewrites ``mul(x, x)`` into ``Square``, which has no integer kernel, so the
+    product is a ``tract_core_product_reduce`` over n broadcast copies instead (three ops
+    whatever n is).
+    """
+    if n == 0:
+        return g.broadcast_to(g.scalar(1, x.dtype), x.shape)
+    if n == 1:
+        return x
+    stacked = g.broadcast_to(g.unsqueeze(x, [0]), [n] + list(x.shape))
+    return g.reduce("tract_core_product_reduce", stacked, [0], keepdim=False)
 
 
 @aten("div")
@@ -121,8 +142,8 @@ def pow_(g, self, exponent):
             raise g.error("integer pow with a tensor exponent is not supported by tract")
         return g.binary("pow", self, exponent, dtype)
     x = g.cast(self, dtype)
-    if exponent == 2:
-        return g.unary("sqr", x) if dtype.is_floating_point else g.binary("mul", x, x, dtype)
+    if exponent == 2 and dtype.is_floating_point:
+        return g.unary("sqr", x)
     if exponent == 1:
         return x
     if exponent == 0.5 and dtype.is_floating_point:
@@ -130,11 +151,8 @@ def pow_(g, self, exponent):
     if exponent == -1 and dtype.is_floating_point:
         return g.unary("recip", x)
     if not dtype.is_floating_point:
-        if isinstance(exponent, int) and 0 <= exponent <= 8:
-            acc = g.scalar(1, dtype) if exponent == 0 else x
-            for _ in range(exponent - 1):
-                acc = g.binary("mul", acc, x, dtype)
-            return g.broadcast_to(acc, x.shape) if exponent == 0 else acc
+        if isinstance(exponent, int) and 0 <= exponent <= 64:
+            return int_power(g, x, exponent)
         raise g.error(f"integer pow with exponent {exponent} is not supported by tract")
     return g.binary("pow", x, float(exponent), dtype)
 
@@ -204,7 +222,27 @@ def trunc(g, self):
 def square(g, self):
     dtype = g.out_dtype()
     x = g.cast(self, dtype)
+    if not dtype.is_floating_point:
+        return int_power(g, x, 2)
     return g.binary("mul", x, x, dtype)
+
+
+def nan_propagating(g, kind, a, b, dtype):
+    """``max``/``min`` that return NaN when an operand is NaN, as torch.maximum/minimum
+    and clamp do (tract's max/min return the other operand, which is fmax/fmin)."""
+    r = g.binary(kind, a, b, dtype)
+    if not dtype.is_floating_point:
+        return r
+    for t in (b, a):
+        if not hasattr(t, "rank"):
+            if not (isinstance(t, float) and math.isnan(t)):
+                continue
+            t = g.scalar(t, dtype)
+        elif t.is_const and not torch.isnan(t.value.double()).any():
+            continue
+        t = g.cast(t, dtype)
+        r = where_(g, g.op("tract_core_is_nan", t, out_dtype=torch.bool), t, r)
+    return r
 
 
 @aten("clamp", "clip")
@@ -212,9 +250,9 @@ def clamp(g, self, min=None, max=None):
     dtype = g.out_dtype()
     x = g.cast(self, dtype)
     if min is not None:
-        x = g.binary("max", x, min, dtype)
+        x = nan_propagating(g, "max", x, min, dtype)
     if max is not None:
-        x = g.binary("min", x, max, dtype)
+        x = nan_propagating(g, "min", x, max, dtype)
     return x
 
 
@@ -228,13 +266,24 @@ def clamp_max(g, self, max):
     return clamp(g, self, None, max)
 
 
-@aten("minimum", "fmin")
+@aten("minimum")
 def minimum(g, self, other):
+    return nan_propagating(g, "min", self, other, g.out_dtype())
+
+
+@aten("maximum")
+def maximum(g, self, other):
+    return nan_propagating(g, "max", self, other, g.out_dtype())
+
+
+@aten("fmin")
+def fmin(g, self, other):
+    """NaN-ignoring minimum: tract's own ``min``."""
     return g.binary("min", self, other, g.out_dtype())
 
 
-@aten("maximum", "fmax")
-def maximum(g, self, other):
+@aten("fmax")
+def fmax(g, self, other):
     return g.binary("max", self, other, g.out_dtype())
 
 
