@@ -73,12 +73,9 @@ def _embedding_bag(g, weight, indices, offsets, mode, per_sample_weights, includ
         raise g.error(f"weight: PyTorch pools float tables only (got {weight.dtype})")
     if per_sample_weights is not None and mode != 0:
         raise g.error("per_sample_weights: only supported with mode='sum' (as in PyTorch)")
-    if indices.rank == 2:  # the aten op flattens a 2-D index tensor, offsets still apply
-        indices = g.reshape(indices, [indices.shape[0] * indices.shape[1]])
-        if per_sample_weights is not None and per_sample_weights.rank == 2:
-            per_sample_weights = g.reshape(per_sample_weights, list(indices.shape))
-    if indices.rank != 1:
-        raise g.error(f"indices: must be 1-D or 2-D (got rank {indices.rank})")
+    if indices.rank != 1:  # F.embedding_bag flattens 2-D input before calling the aten op
+        raise g.error(f"indices: must be 1-D at the aten level (got rank {indices.rank}); "
+                      "PyTorch checks offsets against size(0) but bags the flattened indices")
     if offsets is None or offsets.rank != 1:
         raise g.error("offsets: must be a 1-D tensor")
     if indices.dtype not in (torch.int32, torch.int64) or \
@@ -125,9 +122,10 @@ def _equal_bag_size(g, indices, offsets, include_last_offset):
 
 
 def _range_step(g, offsets, n):
-    """k when ``offsets`` is computed in the graph as ``k * range(0, m)`` (through casts and
-    a multiply by a constant, or a range with a step) with ``m * k == n``: what
-    ``arange(0, numel, size(1))`` becomes for a 2-D input with a dynamic batch."""
+    """k when ``offsets`` is computed in the graph as ``k * [0, 1, ..., m-1]`` with
+    ``m * k == n``: what ``arange(0, numel, size(1))`` becomes for a 2-D input with a dynamic
+    batch. The ramp is recognised through casts and a multiply by a constant, as a
+    ``tract_core_range`` or as an exclusive cumsum of ones (the builder's symbolic arange)."""
     import sympy
 
     k, t = 1, offsets
@@ -143,24 +141,39 @@ def _range_step(g, offsets, n):
                 return None
             k *= _const_int(factor[0])
             t = next(a for a in op.args if a is not factor[0])
-        elif op.kind == "tract_core_range":
-            break
         else:
-            return None
-    if len(op.args) != 3:
+            break
+    ramp = _ramp(g, op)
+    if ramp is None:
         return None
-    start, end, step = (_const_int(a) if hasattr(a, "is_const") else a for a in op.args)
-    if start != 0 or not isinstance(step, int) or step <= 0 or end is None:
-        return None
+    length, step = ramp
     k *= step
-    length = sympy.ceiling(sympy.sympify(end) / step)
-    if k <= 0 or sympy.simplify(length * k - sympy.sympify(n)) != 0:
+    if k <= 0 or sympy.simplify(sympy.sympify(length) * k - sympy.sympify(n)) != 0:
         return None
     return k
 
 
+def _ramp(g, op):
+    """(length, step) when ``op`` computes ``[0, step, 2 * step, ...]``, else None."""
+    import sympy
+
+    if op.kind == "tract_core_range" and len(op.args) == 3:
+        start, end, step = (_const_int(a) if hasattr(a, "is_const") else a for a in op.args)
+        if start == 0 and isinstance(step, int) and step > 0 and end is not None:
+            return sympy.ceiling(sympy.sympify(end) / step), step
+        return None
+    if op.kind == "tract_core_cumsum" and op.attrs.get("exclusive") is True and \
+            op.attrs.get("reverse") is False and op.attrs.get("axis") == 0 and \
+            op.outputs[0].rank == 1:
+        src = _producer(g, op.args[0])
+        if src is not None and src.kind == "tract_core_broadcast" and \
+                _const_int(src.args[0]) == 1:
+            return op.outputs[0].shape[0], 1
+    return None
+
+
 def _const_int(t):
-    """The value of a constant scalar integer handle, else None."""
+    """The value of a constant integer handle holding one element, else None."""
     if getattr(t, "is_const", False) and t.value.numel() == 1 and \
             not t.value.dtype.is_floating_point and t.value.dtype != torch.bool:
         return int(t.value.item())

@@ -390,3 +390,20 @@ def test_constant_op_count_and_linear_memory(tmp_path, mode):
                 if isinstance(d, sympy.Basic):
                     syms |= {s.name for s in d.free_symbols}
             assert syms != {"N", "B"}, (op.kind, o.shape)
+
+
+def test_aten_2d_indices_refused(tmp_path):
+    """Calling the aten op with 2-D indices: PyTorch checks offsets against size(0) but bags
+    the flattened indices; t2n refuses it clearly (nn.EmbeddingBag flattens before the op)."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(10, 3))
+
+        def forward(self, indices, offsets):
+            return torch.embedding_bag(self.weight, indices, offsets, False, 1, False, None,
+                                       False, None)[0]
+
+    with pytest.raises(UnsupportedOperatorsError, match="indices: must be 1-D"):
+        t2n.export(M(), (torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([0, 1])),
+                   str(tmp_path / "m.nnef"))
