@@ -180,3 +180,109 @@ def scaled_dot_product_attention(g, query, key, value, attn_mask=None, dropout_p
                  out_shape=scores.shape)
     ev = v.shape[-1]
     return einsum_op(g, f"{batch}xy,{batch}ye->{batch}xe", [probs, v], bshape + [L, ev], dtype)
+
+
+# ---------------------------------------------------------------------------- masks, scans
+@aten("tril")
+def tril(g, self, diagonal=0):
+    return _trilu(g, self, diagonal, upper=False)
+
+
+@aten("triu")
+def triu(g, self, diagonal=0):
+    return _trilu(g, self, diagonal, upper=True)
+
+
+def _trilu(g, self, diagonal, upper: bool):
+    if self.rank < 2:
+        raise g.error(f"self: tril/triu need rank >= 2, got rank {self.rank}")
+    return g.op("tract_core_trilu", self, k=int(diagonal), upper=upper, out_dtype=self.dtype,
+                out_shape=self.shape)
+
+
+@aten("cumsum")
+def cumsum(g, self, dim, dtype=None):
+    out = g.out_dtype() if g.node is not None else (dtype or self.dtype)
+    x = g.cast(self, out)
+    if x.rank == 0:
+        return x
+    return g.op("tract_core_cumsum", x, axis=dim % x.rank, exclusive=False, reverse=False,
+                out_dtype=out, out_shape=x.shape)
+
+
+# ---------------------------------------------------------------------------- rms_norm
+@aten("rms_norm")
+def rms_norm(g, input, normalized_shape, weight=None, eps=None):
+    """``x / sqrt(mean(x^2 over the normalized axes) + eps) * weight``; half precision is
+    computed in f32 as PyTorch does."""
+    if not input.dtype.is_floating_point:
+        raise g.error(f"input: dtype {input.dtype} (rms_norm needs floating point)")
+    n = len(normalized_shape)
+    if n > input.rank:
+        raise g.error(f"normalized_shape: {list(normalized_shape)} longer than the input rank")
+    out = input.dtype
+    dtype = torch.float32 if out == torch.float16 else out
+    if eps is None:
+        eps = torch.finfo(out).eps
+    x = g.cast(input, dtype)
+    axes = list(range(input.rank - n, input.rank))
+    if not axes:
+        ms = g.binary("mul", x, x, dtype)
+    else:
+        ms = g.reduce("mean_reduce", g.binary("mul", x, x, dtype), axes, keepdim=True)
+    inv = g.unary("rsqrt", g.binary("add", ms, float(eps), dtype))
+    y = g.binary("mul", x, inv, dtype)
+    if weight is not None:
+        y = g.binary("mul", y, weight, dtype)
+    return g.cast(y, out)
+
+
+# ---------------------------------------------------------------------------- topk, sort
+_SORTABLE = (torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
+             torch.int64, torch.uint8)
+
+
+def _topk(g, self, k, axis, largest):
+    if self.dtype not in _SORTABLE:
+        raise g.error(f"self: dtype {self.dtype} cannot be sorted by tract_core_topk")
+    shape = list(self.shape)
+    shape[axis] = k
+    if not isinstance(k, int):  # tract evaluates a symbolic k literal without the symbols
+        k = g.dim_scalar(k)
+    return g.op("tract_core_topk", self, k=k, axis=axis, largest=bool(largest), outputs=2,
+                out_dtypes=[self.dtype, torch.int64], out_shapes=[shape, shape])
+
+
+@aten("topk")
+def topk(g, self, k, dim=-1, largest=True, sorted=True):
+    """Values and indices of the ``k`` largest (smallest) entries, in sorted order (tract
+    always sorts; ``sorted=False`` leaves the order unspecified in PyTorch)."""
+    if self.rank == 0:
+        return self, g.scalar(0, torch.int64)
+    return _topk(g, self, k, dim % self.rank, largest)
+
+
+def _sort_args(rest):
+    """(dim, descending) from ``sort(self, dim, descending)`` or
+    ``sort.stable(self, *, stable, dim, descending)`` (resolved in schema order)."""
+    if rest and (rest[0] is None or isinstance(rest[0], bool)):
+        rest = rest[1:]
+    dim = rest[0] if len(rest) > 0 else -1
+    descending = rest[1] if len(rest) > 1 else False
+    return dim, bool(descending)
+
+
+@aten("sort")
+def sort(g, self, *rest):
+    """A full-length ``tract_core_topk``; ties keep their original order (as a stable
+    sort does)."""
+    dim, descending = _sort_args(rest)
+    if self.rank == 0:
+        return self, g.scalar(0, torch.int64)
+    axis = dim % self.rank
+    return _topk(g, self, self.shape[axis], axis, descending)
+
+
+@aten("argsort")
+def argsort(g, self, *rest):
+    return sort(g, self, *rest)[1]

@@ -102,7 +102,14 @@ def _arange(g, start, end, step):
     span = end - start if step > 0 else start - end
     k = abs(step)
     n = span if k == 1 else (span + k - 1) // k
-    idx = g.op("tract_core_range", start, end, step, out_shape=[n], out_dtype=torch.int64)
+    if isinstance(n, int):
+        idx = g.op("tract_core_range", start, end, step, out_shape=[n], out_dtype=torch.int64)
+    else:  # symbolic: g.arange's ramp (tract mis-runs masks built from symbolic ranges)
+        idx = g.arange(n)
+        if step != 1:
+            idx = g.binary("mul", idx, g.scalar(step, torch.int64), torch.int64)
+        if not (isinstance(start, int) and start == 0):
+            idx = g.binary("add", idx, g.scalar(start, torch.int64), torch.int64)
     return g.cast(idx, g.out_dtype())
 
 

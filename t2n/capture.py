@@ -58,6 +58,20 @@ def _quiet_trace(collected: list):
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
+@contextlib.contextmanager
+def _mha_fastpath_off():
+    """nn.MultiheadAttention / TransformerEncoderLayer in eval mode take fused kernels
+    (``_native_multi_head_attention``, ``_transformer_encoder_layer_fwd``); with the fast
+    path off the trace records their regular aten ops (linear, sdpa, layer_norm ...),
+    which compute the same values."""
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(enabled)
+
+
 def capture(model, args: tuple) -> Captured:
     """Trace ``model`` on ``args`` in eval mode without grad; restore the training flag."""
     was_training = getattr(model, "training", None)
@@ -65,7 +79,7 @@ def capture(model, args: tuple) -> Captured:
     try:
         if isinstance(model, torch.nn.Module) and not isinstance(model, torch.jit.ScriptModule):
             model.train(False)
-        with torch.no_grad(), _quiet_trace(collected):
+        with torch.no_grad(), _quiet_trace(collected), _mha_fastpath_off():
             try:
                 if isinstance(model, torch.jit.ScriptModule):
                     model(*args)  # tracing a ScriptModule is a no-op: this checks the inputs

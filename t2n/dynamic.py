@@ -130,6 +130,15 @@ class SymbolicShapes:
             return expr
         return int(d)
 
+    def _pinning(self, expr):
+        """The guard as text (in t2n symbols) when it pins sizes to numbers, else None."""
+        if not _pins(expr):
+            return None
+        e = _torch_functions_to_sympy(expr.xreplace(self.from_env))
+        if not e.free_symbols & set(self.hints):
+            return None
+        return f"{e.lhs} == {e.rhs}"
+
     def _fake_arg(self, x):
         import torch
 
@@ -157,6 +166,7 @@ class SymbolicShapes:
         op = getattr(op, schema.overload_name or "default")
         args, kwargs = [], {}
         before = dict(self.env.replacements)
+        n_guards = len(self.env.guards)
         try:
             with self.mode:
                 for arg, value in zip(schema.arguments, inputs):
@@ -179,6 +189,13 @@ class SymbolicShapes:
                                   " here (its code only works for the traced size); "
                                   "remove that axis from dynamic_axes or make the code "
                                   "size-generic")
+        for guard in self.env.guards[n_guards:]:
+            pinned = self._pinning(guard.expr)
+            if pinned is not None:
+                raise ConversionError(op_name, f"the model only works when {pinned} (true for "
+                                      "the example sizes): a dynamic axis would be frozen; "
+                                      "remove it from dynamic_axes or make the code "
+                                      "size-generic")
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         out = []
         for r in results:
@@ -187,6 +204,19 @@ class SymbolicShapes:
             else:
                 out.append(None)
         return out
+
+
+def _pins(expr) -> bool:
+    """Whether a guard PyTorch recorded ties sizes to numbers (``4*B*S == 64``), as opposed
+    to bounds (``S >= 5``) or divisibility (``S % 2 == 0``) that hold for many sizes."""
+    import sympy
+    from torch.utils._sympy import functions as F
+
+    if not isinstance(expr, sympy.Eq):
+        return False
+    if expr.has(F.Mod, F.PythonMod, sympy.Mod):
+        return False
+    return True
 
 
 def _floor_to_floordiv(expr):

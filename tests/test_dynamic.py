@@ -1,0 +1,176 @@
+"""Dynamic axes: one archive serves every size.
+
+Each model is exported once with symbolic axes and run in tract at sizes different from the
+example; a dynamic axis frozen to its traced size fails these tests (tract rejects the
+input or computes with the wrong size)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import t2n
+from t2n.errors import UnsupportedOperatorsError, UsageError
+from t2n.testing import assert_exports
+from test_attention import check, r
+
+
+def _graph_text(model, args, tmp_path, **kw):
+    path = tmp_path / "m.nnef"
+    t2n.export(model, args, str(path), **kw)
+    return (path / "graph.nnef").read_text()
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+# ------------------------------------------------------------------ the freeze detector
+class ShapeArithmetic(torch.nn.Module):
+    """Reads the sequence length and uses it in view, arange, expand, new_zeros and a
+    position mask: everything must follow S at run time."""
+
+    def forward(self, x):
+        b, s, d = x.shape
+        pos = torch.arange(s).float()  # arange of a dynamic size
+        h = x.reshape(b * s, d).view(b, s, 2, d // 2)  # computed sizes
+        h = h.flatten(2) + pos[None, :, None]
+        z = x.new_zeros(b, s, 1) + s  # new_zeros of a dynamic shape, size used as tensor
+        mask = pos[None, :] < (s - 2)  # a mask from positions
+        h = h.masked_fill(~mask[..., None], 0.0)
+        return h + z, pos.expand(b, s) * x.numel()
+
+
+def test_frozen_axis_is_caught_export_at_8_run_at_13():
+    assert_exports(ShapeArithmetic(), (r(2, 8, 4),), input_names=["x"],
+                   dynamic_axes={"x": {0: "B", 1: "S"}},
+                   more_args=[(r(2, 13, 4),), (r(3, 5, 4),)])
+
+
+def test_static_export_keeps_literal_shapes(tmp_path):
+    text = _graph_text(ShapeArithmetic(), (r(2, 8, 4),), tmp_path)
+    assert "tract_symbol" not in text and "shape_of" not in text
+
+
+def test_dynamic_graph_declares_symbols(tmp_path):
+    text = _graph_text(ShapeArithmetic(), (r(2, 8, 4),), tmp_path, input_names=["x"],
+                       dynamic_axes={"x": {0: "B", 1: "S"}})
+    assert "extension tract_symbol B;" in text and "extension tract_symbol S;" in text
+    assert "shape = [B, S, 4]" in text
+
+
+def test_model_that_needs_the_traced_size_is_refused():
+    class Fixed(torch.nn.Module):
+        def forward(self, x):
+            return x.reshape(16, 4)  # only valid for B*S == 16
+
+    with pytest.raises(UnsupportedOperatorsError, match="dynamic axis"):
+        t2n.export(Fixed(), (r(2, 8, 4),), "/tmp/t2n_fixed.nnef", input_names=["x"],
+                   dynamic_axes={"x": {0: "B", 1: "S"}})
+
+
+def test_output_axes_stay_symbolic(tmp_path):
+    res = t2n.export(Fn(lambda x: torch.cat([x, x], 1).sum(0)), (r(2, 8),),
+                     str(tmp_path / "m.nnef"), input_names=["x"],
+                     dynamic_axes={"x": {0: "B", 1: "S"}})
+    assert [str(d) for d in res.outputs[0].shape] == ["2*S"]
+
+
+# ------------------------------------------------------------------ specs
+def test_list_spec_names_symbols():
+    assert_exports(Fn(lambda x: x * 2), (r(2, 3),), input_names=["x"],
+                   dynamic_axes={"x": [0]}, more_args=[(r(5, 3),)])
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ({"y": {0: "B"}}, "not an input"),
+    ({"x": {2: "B"}}, "out of range"),
+    ({"x": {0: "2B"}}, "identifier"),
+    ({"x": {0: "B", 1: "B"}}, "one symbol must name one size"),
+    ({"x": {0: "x"}}, "name of an input"),
+], ids=["unknown_input", "axis_out_of_range", "bad_symbol", "inconsistent_symbol",
+        "symbol_named_like_input"])
+def test_wrong_specs(spec, msg):
+    with pytest.raises(UsageError, match=msg):
+        t2n.export(Fn(lambda x: x + 1), (r(2, 3),), "/tmp/t2n_bad.nnef", input_names=["x"],
+                   dynamic_axes=spec)
+
+
+def test_same_symbol_on_two_inputs():
+    check(lambda a, b: a @ b.transpose(0, 1), [r(4, 3), r(4, 3)],
+          {0: {0: "N"}, 1: {0: "N"}}, more=[(r(7, 3), r(7, 3))])
+
+
+# ------------------------------------------------------------------ ops owned elsewhere, dynamic
+def test_layer_norm_gelu_softmax_dynamic():
+    ln = torch.nn.LayerNorm(8).requires_grad_(False)
+    with torch.no_grad():
+        ln.weight.normal_()
+        ln.bias.normal_()
+
+    def f(x):
+        h = ln(x)
+        return (F.gelu(h), F.gelu(h, approximate="tanh"),
+                torch.softmax(h, dim=1, dtype=torch.float64), F.layer_norm(x, (5, 8)))
+
+    check(f, [r(2, 5, 8)], {0: {0: "B"}}, more=[(r(3, 5, 8),)])
+    check(lambda x: torch.softmax(ln(x), -1), [r(2, 5, 8)], {0: {0: "B", 1: "S"}},
+          more=[(r(1, 9, 8),)])
+
+
+def test_embedding_dynamic():
+    emb = torch.nn.Embedding(20, 6, padding_idx=0).requires_grad_(False)
+    check(lambda i: emb(i), [torch.randint(0, 20, (2, 8))], {0: {0: "B", 1: "S"}},
+          more=[(torch.randint(0, 20, (3, 13)),)])
+
+
+def test_masked_fill_causal_dynamic():
+    def f(x):
+        s = x.shape[-1]
+        i = torch.arange(s)
+        causal = i[None, :] > i[:, None]
+        return torch.softmax(x.masked_fill(causal, float("-inf")), -1)
+
+    check(f, [r(2, 8, 8)], {0: {0: "B", 1: "S", 2: "S"}}, more=[(r(1, 13, 13),)])
+
+
+def test_multihead_attention_dynamic():
+    mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval().requires_grad_(False)
+
+    def f(x):
+        return mha(x, x, x, need_weights=False)[0]
+
+    check(f, [r(2, 8, 16)], {0: {0: "B", 1: "S"}}, more=[(r(3, 13, 16),)])
+
+
+def test_multihead_attention_weights_and_mask():
+    mha = torch.nn.MultiheadAttention(16, 4).eval().requires_grad_(False)
+
+    def f(x):
+        s = x.shape[0]
+        mask = torch.triu(torch.ones(s, s, dtype=torch.bool), 1)
+        return mha(x, x, x, attn_mask=mask)
+
+    check(f, [r(8, 2, 16)], {0: {0: "S", 1: "B"}}, more=[(r(5, 3, 16),)])
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
+def test_transformer_encoder_layer_dynamic(norm_first):
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.1, batch_first=True,
+                                             norm_first=norm_first, activation="gelu")
+    layer = layer.eval().requires_grad_(False)
+
+    def f(x, pad):
+        return layer(x, src_key_padding_mask=pad)
+
+    def pad(b, s):
+        m = torch.zeros(b, s, dtype=torch.bool)
+        m[-1, s - 2:] = True
+        return m
+
+    check(f, [r(2, 8, 16), pad(2, 8)], {0: {0: "B", 1: "S"}, 1: {0: "B", 1: "S"}},
+          more=[(r(3, 13, 16), pad(3, 13))])

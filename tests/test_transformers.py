@@ -1,0 +1,77 @@
+"""Real transformer models from ``transformers`` 5.x (small configs, random weights, no
+download), each exported ONCE with dynamic batch and sequence axes and run in tract at
+sizes other than the example's.
+
+The attention path is ``attn_implementation="sdpa"`` (the default of transformers 5: one
+``aten::scaled_dot_product_attention`` per layer, masks built from ``arange`` comparisons
+that stay symbolic); BERT is also checked with ``"eager"`` (explicit matmul + softmax).
+The example attention mask has padding: with an all-ones mask transformers skips building
+the mask while tracing, and the export would not take padding into account.
+"""
+
+import warnings
+
+import pytest
+import torch
+
+from t2n.testing import assert_exports
+
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow
+
+DYN = {"input_ids": {0: "B", 1: "S"}, "attention_mask": {0: "B", 1: "S"}}
+NAMES = ["input_ids", "attention_mask"]
+
+
+class LastHidden(torch.nn.Module):
+    """The model called with keyword inputs, returning the last hidden state."""
+
+    def __init__(self, model, **extra):
+        super().__init__()
+        self.model = model
+        self.extra = extra
+
+    def forward(self, input_ids, attention_mask):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=False,
+                         **self.extra)
+        return out[0]
+
+
+def _inputs(b, s, vocab=100):
+    ids = torch.randint(0, vocab, (b, s))
+    mask = torch.ones(b, s, dtype=torch.long)
+    mask[-1, s // 2:] = 0  # the last sequence is padded
+    return ids, mask
+
+
+def _check(model, **extra):
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return assert_exports(LastHidden(model.eval(), **extra), _inputs(2, 8),
+                              input_names=NAMES, dynamic_axes=DYN,
+                              more_args=[_inputs(3, 13), _inputs(1, 5)], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_bert(impl):
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, intermediate_size=64,
+                                  max_position_embeddings=64, attn_implementation=impl)
+    res = _check(transformers.BertModel(cfg))
+    assert [str(d) for d in res.outputs[0].shape] == ["B", "S", "32"]
+
+
+def test_gpt2_causal():
+    cfg = transformers.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4,
+                                  n_positions=64, attn_implementation="sdpa", use_cache=False)
+    _check(transformers.GPT2Model(cfg), use_cache=False)
+
+
+def test_llama_rmsnorm_rotary_gqa():
+    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=64, max_position_embeddings=64,
+                                   attn_implementation="sdpa", use_cache=False)
+    _check(transformers.LlamaModel(cfg), use_cache=False)
