@@ -128,7 +128,7 @@ def test_op_count_does_not_grow_with_the_number_of_indices(accumulate):
     assert counts[0] == counts[1], counts
 
 
-@settings(max_examples=15, deadline=None, derandomize=True)
+@settings(max_examples=12, deadline=None, derandomize=True)
 @given(data=st.data(), accumulate=st.booleans())
 def test_index_put_property(data, accumulate):
     rank = data.draw(st.integers(1, 3), label="rank")

@@ -109,7 +109,7 @@ def test_scatter_reduce_f16_and_int32():
                             torch.randint(-9, 9, (3, 5), dtype=torch.int32)))
 
 
-@settings(max_examples=12, deadline=None, derandomize=True)
+@settings(max_examples=10, deadline=None, derandomize=True)
 @given(data=st.data(),
        reduce=st.sampled_from(["sum", "prod", "mean", "amax", "amin"]),
        include_self=st.booleans())
@@ -167,3 +167,13 @@ def test_scatter_reduce_nan_propagates(reduce, include_self):
     src = torch.tensor([nan, 6.0, nan, 2.0, -1.0])
     fn = lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self)  # noqa
     assert_exports(Fn(fn), (x, idx, src))
+
+
+@pytest.mark.parametrize("reduce", ["mean", "amax"])
+def test_scatter_reduce_dynamic_number_of_updates(reduce):
+    fn = lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=False)  # noqa
+    assert_exports(Fn(fn), (torch.randn(5, 3), torch.tensor([[0, 4, 4], [0, 0, 1]]),
+                            torch.randn(2, 3)),
+                   dynamic_axes={"input_1": {0: "N"}, "input_2": {0: "N"}},
+                   more_args=[(torch.randn(5, 3), torch.randint(0, 5, (7, 3)),
+                               torch.randn(7, 3))])

@@ -87,7 +87,8 @@ def _count_case(op, n):
     if op == "index_copy":
         return (lambda x, i, s: x.index_copy(0, i, s),
                 (torch.randn(400, 4), torch.randperm(400)[:n], torch.randn(n, 4)))
-    return (lambda x, i: x.index_fill(0, i, 1.0), (torch.randn(10, 4), torch.randint(-10, 10, (n,))))
+    return (lambda x, i: x.index_fill(0, i, 1.0),
+            (torch.randn(10, 4), torch.randint(-10, 10, (n,))))
 
 
 @pytest.mark.parametrize("op", ["index_add", "index_copy", "index_fill"])
