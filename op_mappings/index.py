@@ -11,16 +11,19 @@ Lowering, a fixed number of ops per index tensor whatever the number of indices:
   since ``tract_core_gather_nd`` aborts on them) are broadcast and stacked on a last axis,
   one ``tract_core_gather_nd``, then ``B`` is moved back in place when the axes were adjacent.
 
-A boolean mask selects a data-dependent number of elements: a constant mask becomes integer
-indices at export time; a mask computed at run time is refused (tract needs static ranks and
-has no ``nonzero`` in NNEF).
+A boolean mask selects a data-dependent number of elements. A constant mask becomes integer
+indices at export time. A mask computed at run time becomes the positions of its true
+elements in order, found without ``nonzero`` (which NNEF lacks): ``tract_core_topk`` with
+``k = sum(mask)`` on the key ``mask * [N, N-1, ..., 1]`` returns exactly the true positions,
+ascending; they are unravelled into one index tensor per masked axis. The result's length
+is then a new symbol (its size is only known at run time).
 """
 
 from __future__ import annotations
 
 import torch
 
-from t2n.builder import broadcast_shapes
+from t2n.builder import DATA_DEPENDENT_PREFIX, broadcast_shapes
 from t2n.registry import aten
 from op_mappings.gather import check_const_indices, wrap_negative
 
@@ -29,7 +32,7 @@ _MASK_DTYPES = (torch.bool, torch.uint8)
 
 @aten("index")
 def index(g, self, indices):
-    entries = _expand_masks(g, self, list(indices))
+    entries, nonneg = _expand_masks(g, self, list(indices))
     if len(entries) > self.rank:
         raise g.error(f"indices: {len(entries)} indices for a tensor of rank {self.rank}")
     entries += [None] * (self.rank - len(entries))
@@ -43,17 +46,18 @@ def index(g, self, indices):
         check_const_indices(g, f"indices[{a}]", e, self.shape[a])
     if len(axes) == 1:
         return g.gather(self, entries[axes[0]], axes[0])
-    return _gather_nd(g, self, entries, axes)
+    return _gather_nd(g, self, entries, axes, nonneg)
 
 
-def _gather_nd(g, self, entries, axes):
+def _gather_nd(g, self, entries, axes, nonneg):
     bshape = list(broadcast_shapes(*(entries[a].shape for a in axes)))
     columns = []
     for a in axes:
         e = g.cast(entries[a], torch.int64)
-        e = wrap_negative(g, e, self, a)
-        e = g.broadcast_to(e, bshape)
-        columns.append(g.unsqueeze(e, [len(bshape)]))
+        if id(entries[a]) not in nonneg:
+            e = wrap_negative(g, e, self, a)
+        columns.append(e)
+    columns = [g.unsqueeze(e, [len(bshape)]) for e in _broadcast_all(g, columns, bshape)]
     stacked = g.concat(columns, len(bshape))
     rest = [i for i in range(self.rank) if i not in axes]
     moved = g.transpose(self, axes + rest)
@@ -69,25 +73,73 @@ def _gather_nd(g, self, entries, axes):
     return g.transpose(out, perm)
 
 
+def _broadcast_all(g, columns, bshape):
+    """The index tensors broadcast to ``bshape``. When a size is data-dependent (a runtime
+    mask's count) it cannot be written in a shape attribute: broadcast by adding zeros."""
+    if all(isinstance(d, int) for d in bshape) or \
+            all(list(e.shape) == bshape for e in columns):
+        return [g.broadcast_to(e, bshape) for e in columns]
+    zero = None
+    for e in columns:
+        z = g.binary("mul", e, g.scalar(0, torch.int64))
+        zero = z if zero is None else g.binary("add", zero, z)
+    return [g.binary("add", e, zero) if list(e.shape) != bshape else e for e in columns]
+
+
 def _expand_masks(g, self, entries):
-    """Constant boolean masks become one integer index tensor per masked axis."""
-    out = []
+    """Boolean masks become one integer index tensor per masked axis (non-negative: their
+    ids are returned in the second result)."""
+    out, nonneg = [], set()
     for k, e in enumerate(entries):
         if e is None or e.dtype not in _MASK_DTYPES:
             out.append(e)
             continue
         at = len(out)
-        if not e.is_const:
-            raise g.error(f"indices[{k}]: a boolean mask computed at run time selects a "
-                          "data-dependent number of elements, which tract cannot represent; "
-                          "use torch.where/masked_fill, or make the mask a constant")
-        mask = e.value.bool()
-        if mask.dim() == 0:
+        if e.rank == 0:
             raise g.error(f"indices[{k}]: a 0-dim boolean index (x[True]) is not supported")
-        want = list(self.shape[at:at + mask.dim()])
-        if [int(d) if isinstance(d, int) else d for d in want] != list(mask.shape):
-            raise g.error(f"indices[{k}]: mask shape {list(mask.shape)} does not match the "
+        want = list(self.shape[at:at + e.rank])
+        if want != list(e.shape):
+            raise g.error(f"indices[{k}]: mask shape {list(e.shape)} does not match the "
                           f"indexed axes {want}")
-        for col in torch.nonzero(mask).unbind(1):
-            out.append(g.const(col.contiguous(), torch.int64))
-    return out
+        if e.is_const:
+            cols = [g.const(c.contiguous(), torch.int64)
+                    for c in torch.nonzero(e.value.bool()).unbind(1)]
+        else:
+            cols = _runtime_mask_positions(g, k, e)
+        out += cols
+        nonneg.update(id(c) for c in cols)
+    return out, nonneg
+
+
+def _runtime_mask_positions(g, k, mask):
+    """One index tensor per axis of ``mask`` listing its true elements in row-major order;
+    their length is a fresh symbol."""
+    import sympy
+
+    from op_mappings.gather import flatten_all
+
+    shape = mask.static_shape()
+    if shape is None:
+        raise g.error(f"indices[{k}]: a boolean mask over a dynamic axis is not supported")
+    n = 1
+    for d in shape:
+        n *= d
+    flat = g.cast(flatten_all(g, g.cast(mask, torch.bool)), torch.int64)  # [N]
+    count = g.reduce("sum_reduce", flat, [0], keepdim=False)
+    key = g.binary("mul", flat, g.const(torch.arange(n, 0, -1)))
+    g._mask_symbols = getattr(g, "_mask_symbols", 0) + 1
+    nnz = sympy.Symbol(f"{DATA_DEPENDENT_PREFIX}mask_count_{g._mask_symbols}", integer=True,
+                       nonnegative=True)
+    _, pos = g.op("tract_core_topk", key, count, axis=0, largest=True, outputs=2,
+                  out_dtypes=[torch.int64, torch.int64], out_shapes=[[nnz], [nnz]])
+    cols = []
+    for j in range(len(shape)):
+        stride = 1
+        for d in shape[j + 1:]:
+            stride *= d
+        c = g.binary("div", pos, g.scalar(stride, torch.int64)) if stride > 1 else pos
+        if j > 0:
+            outer = g.binary("div", pos, g.scalar(stride * shape[j], torch.int64))
+            c = g.binary("sub", c, g.binary("mul", outer, g.scalar(shape[j], torch.int64)))
+        cols.append(c)
+    return cols

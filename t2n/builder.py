@@ -98,6 +98,8 @@ _NNEF_KEYWORDS = {"version", "extension", "graph", "fragment", "tensor", "intege
                   "logical", "string", "true", "false", "for", "in", "if", "else", "yield",
                   "length_of", "shape_of", "range_of"}
 MAX_INLINE_ELEMENTS = 8
+# Symbols named so are data-dependent sizes (x[mask]): known only at run time, never writable.
+DATA_DEPENDENT_PREFIX = "t2n_data_"
 
 
 def safe_identifier(name: str) -> bool:
@@ -139,6 +141,10 @@ def dim_expr_text(expr) -> str:
     if isinstance(expr, (int, sympy.Integer)):
         return str(int(expr))
     if isinstance(expr, sympy.Symbol):
+        if expr.name.startswith(DATA_DEPENDENT_PREFIX):
+            raise ConversionError("shape", "a size that depends on tensor values (the count of "
+                                  "a boolean mask's true elements) cannot be written into a "
+                                  "shape for tract; compute with it without reading its size")
         return expr.name
     if isinstance(expr, (sympy.floor, sympy.ceiling)):
         num, den = sympy.together(expr.args[0]).as_numer_denom()

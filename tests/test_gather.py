@@ -212,9 +212,49 @@ def test_index_select_dynamic_index_count():
 
 
 # ------------------------------------------------------------------ clear refusals
-def test_runtime_bool_mask_is_refused():
-    refuses(lambda x, m: x[m], torch.randn(4, 3), torch.rand(4) > 0.5,
-            match="data-dependent number of elements")
+M4 = torch.tensor([True, False, True, True])
+NONE4, ALL4 = torch.zeros(4, dtype=torch.bool), torch.ones(4, dtype=torch.bool)
+RUNTIME_MASKS = {
+    "leading_1d": (lambda x, m: x[m], (X[:, :, :4].transpose(0, 2).contiguous(), M4)),
+    "inner_2d": (lambda x, m: x[:, m], (X, torch.rand(4, 5) > 0.5)),
+    "whole_tensor": (lambda x, m: x[m], (X, torch.rand(3, 4, 5) > 0.5)),
+    "computed_from_data": (lambda x: x[x > 0], (X,)),
+    "with_int_index_non_adjacent": (lambda x, m, i: x[m, :, i],
+                                    (torch.randn(4, 3, 5), M4, _t(-1))),
+    "then_elementwise_and_reduce": (lambda x, m: (x[m] * 2 + (x + 1)[m]).sum(0),
+                                    (torch.randn(4, 3), M4)),
+    "then_view_flat": (lambda x, m: x[m].view(-1), (torch.randn(4, 3), M4)),
+    "uint8_data_int": (lambda x, m: x[m], (torch.arange(8).view(4, 2), M4)),
+}
+
+
+@pytest.mark.parametrize("case", list(RUNTIME_MASKS), ids=list(RUNTIME_MASKS))
+def test_index_with_runtime_bool_mask(case):
+    """x[mask] with a mask known only at run time: the result length follows the mask (other
+    masks, including all-false and all-true, run on the same archive)."""
+    fn, args = RUNTIME_MASKS[case]
+    x, rest = args[0], args[1:]
+    more = []
+    if rest and rest[0].dtype == torch.bool:
+        m = rest[0]
+        more = [(x, torch.zeros_like(m), *rest[1:]), (x, torch.ones_like(m), *rest[1:]),
+                (x, ~m, *rest[1:])]
+    else:
+        more = [(-x,), (x * 0 - 1,)]
+    check(fn, *args, more=more)
+
+
+def test_index_with_runtime_mask_size_written_into_a_shape_is_refused():
+    refuses(lambda x, m: x[m].reshape(x[m].size(0), 3), torch.randn(4, 3), M4,
+            match="depends on tensor values")
+
+
+def test_index_with_runtime_mask_over_a_dynamic_axis_is_refused():
+    with tempfile.TemporaryDirectory() as d, warnings.catch_warnings(), \
+            pytest.raises(t2n.errors.T2NError, match="mask over a dynamic axis"):
+        warnings.simplefilter("ignore")
+        t2n.export(Fn(lambda x, m: x[m]), (torch.randn(4, 3), M4), os.path.join(d, "m.nnef"),
+                   dynamic_axes={"input_0": {0: "B"}, "input_1": {0: "B"}})
 
 
 def test_constant_index_out_of_range_is_refused():
@@ -255,6 +295,7 @@ OP_COUNT_CASES = {
     "index_const_mask": lambda n: (lambda x: x[torch.arange(n) % 3 == 0], (torch.randn(n, 2),)),
     "masked_fill": lambda n: (lambda x, m: x.masked_fill(m, 1.0), (torch.randn(n),
                                                                    torch.rand(n) > .5)),
+    "index_runtime_mask": lambda n: (lambda x, m: x[m], (torch.randn(n, 2), torch.rand(n) > .5)),
 }
 
 
