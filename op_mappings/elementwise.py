@@ -170,7 +170,7 @@ for _aten_name, _kind in {
     "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos",
     "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh",
     "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
-    "reciprocal": "recip", "erf": "tract_core_erf",
+    "reciprocal": "recip",
 }.items():
     aten(_aten_name)(_float_unary(_kind))
 
