@@ -29,6 +29,19 @@ class Fn(nn.Module):
         return self.fn(*args)
 
 
+class Apply(nn.Module):
+    """``module(pre(*inputs))``: a layer case fed a view of the shared inputs (the layer is
+    a registered submodule, so its weights are exported as weights)."""
+
+    def __init__(self, module, pre):
+        super().__init__()
+        self.module = module
+        self.pre = pre
+
+    def forward(self, *args):
+        return self.module(self.pre(*args))
+
+
 class Cases(nn.Module):
     def __init__(self, cases: dict):
         super().__init__()
