@@ -136,16 +136,46 @@ def dat_header(shape, dtype: torch.dtype, nbytes: int) -> bytes:
 
 
 def dat_payload(data: torch.Tensor):
-    """The raw little-endian bytes of a weight, without copying contiguous storage."""
+    """The raw little-endian bytes of a weight, without copying contiguous storage.
+
+    A non-contiguous weight (a folded ``w.t()``) comes as :class:`Chunks`, made contiguous a
+    few MB at a time, so that no full copy of it ever exists."""
     t = data.detach()
-    if not t.is_contiguous():
-        t = t.contiguous()
     if t.dtype == torch.bool:
-        return np.packbits(t.numpy().reshape(-1)).tobytes()
+        return np.packbits(t.contiguous().numpy().reshape(-1)).tobytes()
+    if not t.is_contiguous():
+        return Chunks(t)
     a = t.numpy()
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
     return memoryview(a.reshape(-1)).cast("B") if a.size else b""
+
+
+class Chunks:
+    """The bytes of a strided tensor in C order, as contiguous pieces of <= WRITE_SLICE."""
+
+    def __init__(self, t: torch.Tensor):
+        self.t = t
+
+    def __len__(self) -> int:
+        return self.t.numel() * self.t.element_size()
+
+    def __iter__(self):
+        return self._pieces(self.t)
+
+    def _pieces(self, t: torch.Tensor):
+        if t.is_contiguous():
+            if t.numel():
+                yield memoryview(t.numpy().reshape(-1)).cast("B")
+            return
+        row = t[0].numel() * t.element_size() if t.shape[0] else 0
+        if t.dim() > 1 and row > WRITE_SLICE:
+            for i in range(t.shape[0]):
+                yield from self._pieces(t[i])
+            return
+        step = max(1, WRITE_SLICE // max(row, 1))
+        for i in range(0, t.shape[0], step):
+            yield memoryview(t[i:i + step].contiguous().numpy().reshape(-1)).cast("B")
 
 
 def payload_bytes(g: Graph, graph_text: bytes) -> int:
@@ -176,6 +206,7 @@ def _members(g: Graph, graph_text: bytes):
         name = labels[id(v.tensor)] + ".dat"
         payload = dat_payload(v.data)
         yield name, dat_header(v.data.shape, v.data.dtype, len(payload)), payload
+        del payload  # one weight's bytes alive at a time
 
 
 # ---------------------------------------------------------------------------- output kinds
@@ -245,11 +276,20 @@ def _write_dir(g: Graph, graph_text: bytes, root: str, progress) -> int:
             f.write(head)
             _copy(f, payload, progress, len(head))
         total += len(head) + len(payload)
+        del payload
     return total
 
 
 def _copy(sink, payload, progress, already: int = 0) -> None:
     """Write ``payload`` in slices of a memoryview (no copies), reporting bytes as they go."""
+    if isinstance(payload, Chunks):
+        if progress and already:
+            progress(already)
+        for part in payload:
+            sink.write(part)
+            if progress:
+                progress(len(part))
+        return
     if not progress:
         if len(payload):
             sink.write(payload)
@@ -285,6 +325,7 @@ def _write_tar(g: Graph, graph_text: bytes, f, gz: bool, progress) -> None:
             tar_head = _tar_header(name, size)
             sink.write(tar_head + head)
             _copy(sink, payload, progress, len(head))
+            del payload
             pad = -size % tarfile.BLOCKSIZE
             if pad:
                 sink.write(b"\0" * pad)
