@@ -51,6 +51,7 @@ _ELEMENTWISE = {
     "sign": lambda x, a: torch.sign(x[0]),
     "sin": lambda x, a: torch.sin(x[0]), "cos": lambda x, a: torch.cos(x[0]),
     "tract_core_erf": lambda x, a: torch.erf(x[0]),
+    "tract_core_is_nan": lambda x, a: torch.isnan(x[0]),
     "tract_core_silu": lambda x, a: _F.silu(x[0]),
     "tract_core_hard_swish": lambda x, a: _F.hardswish(x[0]),
     "softplus": lambda x, a: torch.log(torch.exp(x[0]) + 1),

@@ -277,3 +277,29 @@ def test_resnet18_compacts_to_at_most_60_percent_and_matches_torch():
     assert len(inner) == 8 and all(s.channels_removed == s.channels_before // 2 for s in inner)
     assert "compaction: layer parameters" in small.report()
     shutil.rmtree(d)
+
+
+CLI_MODEL = '''
+import torch, torch.nn as nn, torch.nn.utils.prune as prune
+def build():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 1))
+    prune.ln_structured(m[0], "weight", amount=0.5, n=2, dim=0)
+    return m
+'''
+
+
+def test_cli_export_compact(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from t2n.cli import cli
+
+    (tmp_path / "prunedmodel_cli.py").write_text(CLI_MODEL)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = str(tmp_path / "m.nnef.tgz")
+    r = CliRunner().invoke(cli, ["export", "prunedmodel_cli:build", "-o", out, "--input",
+                                 "x:1x3x8x8:f32", "--check", "--compact"])
+    assert r.exit_code == 0, r.output
+    assert "0 (conv): 50.0% zero, channels 8 -> 4 (-4), params 224 -> 112" in r.output
+    assert "check in tract: PASSED" in r.output
