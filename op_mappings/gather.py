@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from t2n.builder import broadcast_shapes
 from t2n.registry import aten
 
 INDEX_DTYPES = (torch.int64, torch.int32)
@@ -217,13 +218,8 @@ def masked_fill(g, self, mask, value):
         raise g.error(f"value: must be a number or a 0-dim tensor, got rank {value.rank}")
     value = g.as_tensor(value, self.dtype)
     rank = max(self.rank, mask.rank)
-    shape = _out_shape(self.shape, mask.shape)
+    shape = broadcast_shapes(self.shape, mask.shape)
     mask, self_ = g.unsqueeze_to_rank(mask, rank), g.unsqueeze_to_rank(self, rank)
     value = g.unsqueeze_to_rank(value, rank)
     return g.op("select", mask, value, self_, out_dtype=self.dtype, out_shape=shape)
 
-
-def _out_shape(a, b):
-    from t2n.builder import broadcast_shapes
-
-    return broadcast_shapes(a, b)
