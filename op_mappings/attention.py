@@ -136,6 +136,18 @@ def _repeat_heads(g, x, groups: int):
     return g.reshape(x, shape[:r - 3] + [heads] + shape[r - 1:])
 
 
+def _zero_fully_masked_rows(g, scores, probs):
+    """PyTorch's safe softmax: a query whose keys are all masked (-inf everywhere) gets
+    zeros, not the NaN a plain softmax gives. (Tested on the scores themselves: tract's
+    max_reduce of an all -inf row is not -inf.)"""
+    last = scores.rank - 1
+    open_ = g.binary("ne", scores, float("-inf"), scores.dtype, out_dtype=torch.bool)
+    alive = g.reduce("any_reduce", open_, [last], keepdim=True, dtype=torch.bool)
+    zero = g.scalar(0.0, probs.dtype)
+    return g.op("select", alive, probs, g.unsqueeze_to_rank(zero, probs.rank),
+                out_dtype=probs.dtype, out_shape=probs.shape)
+
+
 @aten("scaled_dot_product_attention")
 def scaled_dot_product_attention(g, query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
@@ -178,6 +190,8 @@ def scaled_dot_product_attention(g, query, key, value, attn_mask=None, dropout_p
             scores = g.binary("add", scores, attn_mask, dtype)
     probs = g.op("softmax", scores, axes=[scores.rank - 1], out_dtype=dtype,
                  out_shape=scores.shape)
+    if attn_mask is not None:
+        probs = _zero_fully_masked_rows(g, scores, probs)
     ev = v.shape[-1]
     return einsum_op(g, f"{batch}xy,{batch}ye->{batch}xe", [probs, v], bshape + [L, ev], dtype)
 

@@ -100,6 +100,7 @@ class SymbolicShapes:
         self.to_env: dict = {}
         self.from_env: dict = {}
         self.hints: dict = {}
+        self.unknown: set[str] = set()  # ops whose symbolic shapes PyTorch could not compute
         for sym, hint in hints.items():
             s = self.env.create_symbol(int(hint), ConstantSource(sym.name),
                                        dynamic_dim=DimDynamic.DYNAMIC)

@@ -90,6 +90,15 @@ def test_sdpa_float_mask_dynamic():
           more=[(r(1, 2, 5, 4), r(1, 2, 5, 4), r(1, 2, 5, 4), r(1, 1, 5, 5))])
 
 
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_sdpa_fully_masked_row_is_zero(kind):
+    m = torch.ones(2, 1, 4, 4, dtype=torch.bool)
+    m[0, 0, 1] = False
+    if kind == "float":
+        m = torch.zeros(m.shape).masked_fill(~m, float("-inf"))
+    check(lambda q, m: F.scaled_dot_product_attention(q, q, q, attn_mask=m), [r(2, 3, 4, 5), m])
+
+
 def test_sdpa_gqa_dynamic():
     def f(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)

@@ -174,3 +174,26 @@ def test_transformer_encoder_layer_dynamic(norm_first):
 
     check(f, [r(2, 8, 16), pad(2, 8)], {0: {0: "B", 1: "S"}, 1: {0: "B", 1: "S"}},
           more=[(r(3, 13, 16), pad(3, 13))])
+
+
+# ------------------------------------------------------------------ command line
+def test_cli_dynamic_flag(tmp_path):
+    from click.testing import CliRunner
+
+    import cli_models
+    from t2n.cli import cli
+    from t2n.tract_runner import run_in_tract
+
+    out = tmp_path / "m.nnef.tgz"
+    res = CliRunner().invoke(cli, ["export", "cli_models:make_mlp", "-o", str(out), "--input",
+                                   "x:3x8:f32", "--dynamic", "x:0=B", "--check"])
+    assert res.exit_code == 0, res.output
+    x = torch.randn(7, 8)
+    got = run_in_tract(str(out), [x.numpy()])[0]
+    with torch.no_grad():
+        want = cli_models.make_mlp()(x).numpy()
+    assert got.shape == (7, 4)
+    assert abs(got - want).max() < 1e-5
+    bad = CliRunner().invoke(cli, ["export", "cli_models:make_mlp", "-o", str(out), "--input",
+                                   "x:3x8:f32", "--dynamic", "x:5=B"])
+    assert bad.exit_code != 0 and "out of range" in bad.output
