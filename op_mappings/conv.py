@@ -20,8 +20,6 @@ Padding modes other than zeros (``padding_mode='reflect'`` ...) reach t2n as a s
 
 from __future__ import annotations
 
-import torch
-
 from t2n.registry import aten
 
 

@@ -64,12 +64,18 @@ def _ident(index: int, name: str) -> str:
     return f"c{index}_{s}"
 
 
+def _count(r) -> int:
+    """Tensors in a (nested) output, as the exporter flattens them."""
+    if isinstance(r, (tuple, list)):
+        return sum(_count(x) for x in r)
+    return 1
+
+
 def output_names(cases: dict, args) -> list[str]:
     names = []
     with torch.no_grad():
         for i, (name, case) in enumerate(cases.items()):
-            r = case(*args)
-            n = len(r) if isinstance(r, (tuple, list)) else 1
+            n = _count(case(*args))
             names += [f"{_ident(i, name)}_out{k}" for k in range(n)]
     return names
 

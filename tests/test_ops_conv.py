@@ -9,16 +9,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from opcases import Apply, Fn, assert_cases
 from t2n.testing import assert_exports
-
-
-class Fn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
 
 
 CONV2D = {
@@ -42,11 +34,10 @@ CONV2D = {
 }
 
 
-@pytest.mark.parametrize("name", list(CONV2D))
-def test_conv2d(name):
-    kw = CONV2D[name]
-    m = nn.Conv2d(**kw).eval()
-    assert_exports(m, (torch.randn(2, kw["in_channels"], 9, 10),))
+def test_conv2d():
+    x = torch.randn(2, 4, 9, 10)
+    assert_cases({name: Apply(nn.Conv2d(**kw), (lambda c: lambda x: x[:, :c])(kw["in_channels"]))
+                  for name, kw in CONV2D.items()}, (x,))
 
 
 CONV1D = {
@@ -57,14 +48,14 @@ CONV1D = {
 }
 
 
-@pytest.mark.parametrize("name", list(CONV1D))
-def test_conv1d(name):
-    kw = CONV1D[name]
-    assert_exports(nn.Conv1d(**kw).eval(), (torch.randn(2, kw["in_channels"], 11),))
-
-
-def test_conv_unbatched_input():
-    assert_exports(nn.Conv2d(3, 4, 3, padding=1).eval(), (torch.randn(3, 6, 7),))
+def test_conv1d_and_unbatched():
+    x = torch.randn(2, 3, 11)
+    cases = {name: Apply(nn.Conv1d(**kw), (lambda c: lambda x: x[:, :c])(kw["in_channels"]))
+             for name, kw in CONV1D.items()}
+    cases["conv1d unbatched"] = Apply(nn.Conv1d(3, 2, 3, padding=1), lambda x: x[0])
+    cases["conv2d unbatched"] = Apply(nn.Conv2d(3, 4, 3, padding=1),
+                                      lambda x: x.reshape(3, 2, 11))
+    assert_cases(cases, (x,))
 
 
 def test_conv_weights_as_runtime_inputs():
@@ -73,10 +64,10 @@ def test_conv_weights_as_runtime_inputs():
     assert_exports(m, (torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4)))
 
 
-@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
-def test_conv_padding_modes(mode):
-    m = nn.Conv2d(3, 4, 3, padding=(1, 2), padding_mode=mode).eval()
-    assert_exports(m, (torch.randn(1, 3, 6, 7),))
+def test_conv_padding_modes():
+    assert_cases({f"padding_mode {mode}": nn.Conv2d(3, 4, 3, padding=(1, 2), padding_mode=mode)
+                  for mode in ["zeros", "reflect", "replicate", "circular"]},
+                 (torch.randn(1, 3, 6, 7),))
 
 
 CONVT2D = {
@@ -94,11 +85,11 @@ CONVT2D = {
 }
 
 
-@pytest.mark.parametrize("name", list(CONVT2D))
-def test_conv_transpose2d(name):
-    kw = CONVT2D[name]
-    m = nn.ConvTranspose2d(**kw).eval()
-    assert_exports(m, (torch.randn(2, kw["in_channels"], 5, 6),))
+def test_conv_transpose2d():
+    x = torch.randn(2, 4, 5, 6)
+    assert_cases({name: Apply(nn.ConvTranspose2d(**kw),
+                              (lambda c: lambda x: x[:, :c])(kw["in_channels"]))
+                  for name, kw in CONVT2D.items()}, (x,))
 
 
 def test_conv_transpose1d_output_padding_groups_dilation():
@@ -134,13 +125,11 @@ PADS = {
 }
 
 
-@pytest.mark.parametrize("name", list(PADS))
-def test_pad(name):
-    fn = PADS[name]
-    m = fn if isinstance(fn, nn.Module) else Fn(fn)
-    assert_exports(m.eval(), (torch.randn(2, 3, 5, 6),))
+def test_pad():
+    assert_cases(PADS, (torch.randn(2, 3, 5, 6),))
 
 
 def test_pad_int_tensor_constant():
-    m = Fn(lambda x: (F.pad(x, (1, 2), value=7), F.pad(x, (0, 1, 1, 0))))
-    assert_exports(m, (torch.arange(12).reshape(3, 4),))
+    assert_cases({"pad int value 7": lambda x: F.pad(x, (1, 2), value=7),
+                  "pad int default": lambda x: F.pad(x, (0, 1, 1, 0))},
+                 (torch.arange(12).reshape(3, 4),))

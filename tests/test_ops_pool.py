@@ -1,21 +1,11 @@
 """Pooling: torch eager vs tract (ceil_mode incl. a dropped last window, padding, dilation,
 stride None, count_include_pad, divisor_override, adaptive windows that overlap)."""
 
-import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from t2n.testing import assert_exports
-
-
-class Fn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
+from opcases import assert_cases
 
 
 MAX2D = {
@@ -30,23 +20,25 @@ MAX2D = {
 }
 
 
-@pytest.mark.parametrize("name", list(MAX2D))
-def test_max_pool2d(name):
+def test_max_pool2d():
     # all-negative values: padding must never win the max
     x = -torch.rand(2, 3, 7, 8) - 0.5
-    assert_exports(nn.MaxPool2d(**MAX2D[name]), (x,))
+    assert_cases({name: nn.MaxPool2d(**kw) for name, kw in MAX2D.items()}, (x,))
 
 
 def test_max_pool1d_variants_and_unbatched():
-    m = Fn(lambda x: (F.max_pool1d(x, 3), F.max_pool1d(x, 2, 3, 1, ceil_mode=True),
-                      F.max_pool1d(x, 3, 2, 1, 2), F.max_pool1d(x[0], 2),
-                      F.max_pool2d(x, 2)))
-    assert_exports(m, (torch.randn(2, 3, 11),))
+    assert_cases({
+        "max_pool1d k3": lambda x: F.max_pool1d(x, 3),
+        "max_pool1d k2 s3 p1 ceil": lambda x: F.max_pool1d(x, 2, 3, 1, ceil_mode=True),
+        "max_pool1d k3 s2 p1 dilation 2": lambda x: F.max_pool1d(x, 3, 2, 1, 2),
+        "max_pool1d unbatched": lambda x: F.max_pool1d(x[0], 2),
+        "max_pool2d on 3-d input is unbatched": lambda x: F.max_pool2d(x, 2),
+    }, (torch.randn(2, 3, 11),))
 
 
 def test_max_pool_int():
-    m = Fn(lambda x: F.max_pool2d(x, 2, ceil_mode=True))
-    assert_exports(m, (torch.randint(-50, 50, (1, 2, 5, 5)),))
+    assert_cases({"max_pool2d int64 ceil": lambda x: F.max_pool2d(x, 2, ceil_mode=True)},
+                 (torch.randint(-50, 50, (1, 2, 5, 5)),))
 
 
 AVG2D = {
@@ -65,16 +57,19 @@ AVG2D = {
 }
 
 
-@pytest.mark.parametrize("name", list(AVG2D))
-def test_avg_pool2d(name):
-    assert_exports(nn.AvgPool2d(**AVG2D[name]), (torch.randn(2, 3, 7, 8),))
+def test_avg_pool2d():
+    assert_cases({name: nn.AvgPool2d(**kw) for name, kw in AVG2D.items()},
+                 (torch.randn(2, 3, 7, 8),))
 
 
 def test_avg_pool1d_variants():
-    m = Fn(lambda x: (F.avg_pool1d(x, 3), F.avg_pool1d(x, 3, 2, 1, ceil_mode=True),
-                      F.avg_pool1d(x, 3, 2, 1, True, False), F.avg_pool1d(x, 4, None, 2),
-                      F.avg_pool1d(x[0], 2)))
-    assert_exports(m, (torch.randn(2, 3, 10),))
+    assert_cases({
+        "avg_pool1d k3": lambda x: F.avg_pool1d(x, 3),
+        "avg_pool1d k3 s2 p1 ceil": lambda x: F.avg_pool1d(x, 3, 2, 1, ceil_mode=True),
+        "avg_pool1d ceil exclude pad": lambda x: F.avg_pool1d(x, 3, 2, 1, True, False),
+        "avg_pool1d stride None p2": lambda x: F.avg_pool1d(x, 4, None, 2),
+        "avg_pool1d unbatched": lambda x: F.avg_pool1d(x[0], 2),
+    }, (torch.randn(2, 3, 10),))
 
 
 ADAPTIVE = {
@@ -89,6 +84,5 @@ ADAPTIVE = {
 }
 
 
-@pytest.mark.parametrize("name", list(ADAPTIVE))
-def test_adaptive_avg_pool(name):
-    assert_exports(Fn(ADAPTIVE[name]), (torch.randn(2, 3, 9, 8),))
+def test_adaptive_avg_pool():
+    assert_cases(ADAPTIVE, (torch.randn(2, 3, 9, 8),))

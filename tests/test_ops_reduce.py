@@ -1,20 +1,9 @@
 """Reductions: torch eager vs tract (dims lists, negative dims, keepdim, dtype, all-dims,
 ties for argmax/argmin, values+indices of max/min along a dim)."""
 
-import pytest
 import torch
-import torch.nn as nn
 
-from t2n.testing import assert_exports
-
-
-class Fn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
+from opcases import assert_cases
 
 
 FLOAT = {
@@ -44,16 +33,17 @@ FLOAT = {
 }
 
 
-@pytest.mark.parametrize("name", list(FLOAT))
-def test_reduce_float(name):
-    assert_exports(Fn(FLOAT[name]), (torch.randn(3, 4, 5),))
+def test_reduce_float():
+    assert_cases(FLOAT, (torch.randn(3, 4, 5),))
 
 
 def test_argmax_argmin_ties_take_first_occurrence():
     x = torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0], [0.0, -1.0, 5.0, -1.0]])
-    m = Fn(lambda x: (x.argmax(1), x.argmin(1), x.argmax(0), x.argmin(0), x.argmax(),
-                      x.argmin(), x.max(1)[1], x.min(0)[1]))
-    assert_exports(m, (x,))
+    assert_cases({
+        "argmax/argmin dims": lambda x: (x.argmax(1), x.argmin(1), x.argmax(0), x.argmin(0)),
+        "argmax/argmin all": lambda x: (x.argmax(), x.argmin()),
+        "max/min indices": lambda x: (x.max(1)[1], x.min(0)[1]),
+    }, (x,))
 
 
 INT = {
@@ -75,15 +65,17 @@ INT = {
 }
 
 
-@pytest.mark.parametrize("name", list(INT))
-def test_reduce_int(name):
+def test_reduce_int_and_bool():
     x = torch.tensor([[3, -1, 4, 1, -5], [9, 2, -6, 5, 3], [5, 8, 9, 7, -9]])
-    assert_exports(Fn(INT[name]), (x,))
+    assert_cases(INT, (x,))
 
 
 def test_reduce_rank0_and_size1():
-    m = Fn(lambda x: (x.sum(), x.sum(0), x.mean(-1), x.argmax(), x.argmax(0, keepdim=True),
-                      x.amax(), x.max()))
-    assert_exports(m, (torch.tensor(2.5),))
-    m2 = Fn(lambda x: (x.sum(0), x.argmax(0), x.max(0)))
-    assert_exports(m2, (torch.randn(1, 3),))
+    assert_cases({
+        "rank 0 sum/mean": lambda x: (x.sum(), x.sum(0), x.mean(-1)),
+        "rank 0 argmax": lambda x: (x.argmax(), x.argmax(0, keepdim=True)),
+        "rank 0 amax/max": lambda x: (x.amax(), x.max()),
+    }, (torch.tensor(2.5),))
+    assert_cases({
+        "size-1 axis": lambda x: (x.sum(0), x.argmax(0), x.max(0)),
+    }, (torch.randn(1, 3),))
