@@ -217,3 +217,27 @@ def isclose(g, self, other, rtol=1e-5, atol=1e-8, equal_nan=False):
         close = g.binary("or", close, g.binary("and", is_nan(g, a), is_nan(g, b), torch.bool),
                          torch.bool)
     return close
+
+
+@aten("isin")
+def isin(g, elements, test_elements, assume_unique=False, invert=False):
+    """Compare every element with every test value: [..., 1] == [M], any over M."""
+    d = torch.promote_types(getattr(elements, "dtype", torch.float32),
+                            getattr(test_elements, "dtype", torch.float32))
+    if not hasattr(elements, "rank"):
+        elements = g.scalar(elements, d)
+    if not hasattr(test_elements, "rank"):
+        test_elements = g.scalar(test_elements, d)
+    m = 1
+    for s in test_elements.shape:
+        if not isinstance(s, int):
+            raise g.error("isin with a dynamic number of test elements")
+        m *= s
+    if m == 0:
+        return g.broadcast_to(g.scalar(bool(invert), torch.bool), list(elements.shape))
+    tests = g.reshape(g.cast(test_elements, d), [m]) if test_elements.rank != 1 else \
+        g.cast(test_elements, d)
+    e = g.unsqueeze(g.cast(elements, d), [elements.rank])
+    hit = g.reduce("any_reduce", g.binary("eq", e, tests, d, out_dtype=torch.bool),
+                   [elements.rank], keepdim=False)
+    return g.unary("not", hit) if invert else hit

@@ -379,3 +379,27 @@ def i0(g, self):
                    asym, d)
     r = select(g, _bool(g, "le", ax, g.scalar(15.0, d)), small, big)
     return g.cast(r, g.out_dtype())
+
+
+@aten("frexp")
+def frexp(g, self):
+    """(mantissa in [0.5, 1), exponent): a log2 estimate corrected by one step each way."""
+    x = self
+    d = x.dtype
+    ax = g.unary("abs", x)
+    special = g.binary("or", g.binary("or", _bool(g, "eq", x, g.scalar(0.0, d)), is_nan(g, x),
+                                      torch.bool), is_inf(g, x), torch.bool)
+    safe = select(g, special, 1.0, ax, d)
+    e = g.binary("add", g.unary("floor", g.binary("mul", g.unary("log", safe),
+                                                 1.0 / math.log(2.0), d)), 1.0, d)
+    m = g.binary("div", safe, g.binary("pow", g.scalar(2.0, d), e, d), d)
+    too_big = _bool(g, "ge", m, g.scalar(1.0, d))
+    e = select(g, too_big, g.binary("add", e, 1.0, d), e)
+    m = select(g, too_big, g.binary("mul", m, 0.5, d), m)
+    too_small = _bool(g, "lt", m, g.scalar(0.5, d))
+    e = select(g, too_small, g.binary("sub", e, 1.0, d), e)
+    m = select(g, too_small, g.binary("mul", m, 2.0, d), m)
+    m = select(g, _bool(g, "lt", x, g.scalar(0.0, d)), g.unary("neg", m), m)
+    m = select(g, special, x, m)
+    e = select(g, special, 0.0, e, d)
+    return m, g.cast(e, torch.int32)

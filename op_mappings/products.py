@@ -180,3 +180,52 @@ def cross(g, self, other, dim=None):
         parts.append(g.binary("sub", g.binary("mul", comp(a, i), comp(b, j), d),
                               g.binary("mul", comp(a, j), comp(b, i), d), d))
     return g.concat(parts, axis)
+
+
+@aten("bilinear")
+def bilinear(g, input1, input2, weight, bias=None):
+    """y[..., o] = x1[..., i] W[o, i, j] x2[..., j] + b[o], leading axes flattened."""
+    d = g.out_dtype()
+    lead = list(input1.shape[:-1])
+    n = 1
+    for s in lead:
+        n = n * s
+    a = g.reshape(g.cast(input1, d), [n, input1.shape[-1]])
+    b = g.reshape(g.cast(input2, d), [n, input2.shape[-1]])
+    y = _einsum(g, [a, g.cast(weight, d), b], "bi,oij,bj->bo", d)
+    if d == torch.float16:
+        y = g.cast(y, d)
+    if bias is not None:
+        y = g.binary("add", y, bias, d)
+    return g.reshape(y, lead + [weight.shape[0]])
+
+
+@aten("linalg_matrix_power", "matrix_power")
+def matrix_power(g, self, n):
+    if n < 0:
+        raise g.error("negative matrix powers need an inverse, which tract lacks")
+    if n == 0:
+        m = self.shape[-1]
+        eye = g.const(torch.eye(m, dtype=self.dtype))
+        return g.broadcast_to(eye, list(self.shape))
+    result, base = None, self
+    while n:
+        if n & 1:
+            result = base if result is None else matmul_nd(g, result, base)
+        n >>= 1
+        if n:
+            base = matmul_nd(g, base, base)
+    return result
+
+
+@aten("linalg_vander")
+def vander(g, x, N=None):
+    if x.rank == 0:
+        x = g.reshape(x, [1])
+    n = N if N is not None else x.shape[-1]
+    d = g.out_dtype()
+    xv = g.cast(x, d)
+    cols = [g.broadcast_to(g.scalar(1, d), list(x.shape))]
+    for _ in range(1, n):
+        cols.append(g.binary("mul", cols[-1], xv, d))
+    return g.concat([g.unsqueeze(c, [c.rank]) for c in cols], x.rank)

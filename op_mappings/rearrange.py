@@ -505,3 +505,22 @@ for _copy, _target in {"view_copy": "view", "permute_copy": "permute",
                        "detach_copy": "detach", "slice_copy": "slice", "select_copy": "select",
                        "indices_copy": "alias", "values_copy": "alias"}.items():
     aten(_copy)(_alias(_target))
+
+
+def _shift_all(g, x, dim, sign):
+    dims = range(x.rank) if dim is None else ([dim] if isinstance(dim, int) else dim)
+    for d in dims:
+        axis = d % x.rank
+        n = _static(g, x.shape[axis], "fftshift")
+        x = roll_axis(g, x, sign * (n // 2), axis)
+    return x
+
+
+@aten("fft_fftshift")
+def fft_fftshift(g, self, dim=None):
+    return _shift_all(g, self, dim, 1)
+
+
+@aten("fft_ifftshift")
+def fft_ifftshift(g, self, dim=None):
+    return _shift_all(g, self, dim, -1)

@@ -331,3 +331,39 @@ def renorm(g, self, p, dim, maxnorm):
 
 
 del math
+
+
+@aten("cov")
+def cov(g, self, correction=1, fweights=None, aweights=None):
+    if fweights is not None or aweights is not None:
+        raise g.error("cov with fweights/aweights is not supported")
+    d = g.out_dtype()
+    x = g.cast(self, d)
+    if x.rank == 1:
+        x = g.unsqueeze(x, [0])
+    n = x.shape[1]
+    if not isinstance(n, int):
+        raise g.error("cov over a dynamic number of observations")
+    mean = g.reduce("mean_reduce", x, [1], keepdim=True)
+    xm = g.binary("sub", x, mean, d)
+    c = g.op("matmul", xm, xm, transposeA=False, transposeB=True,
+             out_shape=[x.shape[0], x.shape[0]])
+    c = g.binary("div", c, float(max(n - correction, 0)), d)
+    scalar = g.node is not None and len(g.out_shape()) == 0
+    return g.reshape(c, []) if self.rank == 1 or scalar else c
+
+
+@aten("corrcoef")
+def corrcoef(g, self):
+    c = cov(g, self, 1)
+    if c.rank == 0 or (c.rank == 2 and c.shape[0] == 1):
+        c = g.reshape(c, [])
+        return g.binary("div", c, c, c.dtype)
+    d = c.dtype
+    m = c.shape[0]
+    eye = g.const(torch.eye(m, dtype=torch.bool))
+    diag = g.reduce("sum_reduce", select(g, eye, c, 0.0, d), [1], keepdim=True)  # [m, 1]
+    std = g.unary("sqrt", diag)
+    c = g.binary("div", c, std, d)
+    c = g.binary("div", c, g.transpose(std, [1, 0]), d)
+    return g.binary("min", g.binary("max", c, -1.0, d), 1.0, d)
