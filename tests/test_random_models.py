@@ -272,3 +272,26 @@ def test_generator_covers_every_step_kind():
              "unsqueeze", "cat", "argmax", "transpose", "permute", "flatten", "reshape",
              "squeeze", "expand"}
     assert seen == every, sorted(every - seen)
+
+
+# ---------------------------------------------------------------------------- regressions
+# Bugs the generator found, pinned as plain tests (the generator's seed may move on).
+
+class SoftmaxThenStride(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, 0)[::2], torch.softmax(x, -1)[..., 1::2]
+
+
+class ReshapeThenStride(torch.nn.Module):
+    def forward(self, x):
+        return x.reshape(-1, 1)[::2], torch.cumsum(x, 0)[::3]
+
+
+@pytest.mark.parametrize("model,shape", [
+    (SoftmaxThenStride(), (5, 4)),   # tract pulled the strided slice over the softmax
+    (ReshapeThenStride(), (2, 3)),   # tract refused: "Pulling Downsample over Reshape"
+], ids=["softmax-then-stride", "reshape-then-stride"])
+def test_strided_slice_after_softmax_or_reshape(model, shape):
+    from t2n.testing import assert_exports
+
+    assert_exports(model, (torch.randn(shape),))
