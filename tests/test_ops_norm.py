@@ -1,21 +1,11 @@
 """Normalisations: torch eager vs tract (eval batch norm with/without affine, weights as
 runtime inputs, batch statistics, layer/group/instance norm)."""
 
-import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from t2n.testing import assert_exports
-
-
-class Fn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
+from opcases import Apply, assert_cases
 
 
 def _randomise_stats(bn):
@@ -28,33 +18,27 @@ def _randomise_stats(bn):
     return bn.eval()
 
 
-BN = {
-    "2d affine": (lambda: nn.BatchNorm2d(3), (2, 3, 4, 5)),
-    "2d no affine eps 1e-3": (lambda: nn.BatchNorm2d(3, eps=1e-3, affine=False), (2, 3, 4, 5)),
-    "1d on (N,C)": (lambda: nn.BatchNorm1d(4), (5, 4)),
-    "1d on (N,C,L)": (lambda: nn.BatchNorm1d(4), (2, 4, 6)),
-    "3d": (lambda: nn.BatchNorm3d(2), (1, 2, 3, 4, 2)),
-}
-
-
-@pytest.mark.parametrize("name", list(BN))
-def test_batch_norm_eval(name):
-    make, shape = BN[name]
-    assert_exports(_randomise_stats(make()), (torch.randn(*shape),))
+def test_batch_norm_eval():
+    bn_stats_free = nn.BatchNorm2d(3, track_running_stats=False)
+    with torch.no_grad():
+        bn_stats_free.weight.copy_(torch.tensor([0.5, -1.0, 2.0]))
+    assert_cases({
+        "2d affine": _randomise_stats(nn.BatchNorm2d(3)),
+        "2d no affine eps 1e-3": _randomise_stats(nn.BatchNorm2d(3, eps=1e-3, affine=False)),
+        "1d on (N,C)": Apply(_randomise_stats(nn.BatchNorm1d(3)), lambda x: x[:, :, 0, 0]),
+        "1d on (N,C,L)": Apply(_randomise_stats(nn.BatchNorm1d(3)), lambda x: x[:, :, 0]),
+        "3d": Apply(_randomise_stats(nn.BatchNorm3d(3)), lambda x: x.reshape(2, 3, 2, 2, 5)),
+        "batch statistics (track_running_stats=False)": bn_stats_free,
+    }, (torch.randn(2, 3, 4, 5) * 3 + 1,))
 
 
 def test_batch_norm_runtime_stats_and_none_weight():
-    m = Fn(lambda x, mean, var, w: (F.batch_norm(x, mean, var, w, None, eps=1e-4),
-                                    F.batch_norm(x, mean, var, None, w)))
-    assert_exports(m, (torch.randn(2, 3, 4), torch.randn(3), torch.rand(3) + 0.5,
-                       torch.randn(3)))
-
-
-def test_batch_norm_batch_statistics():
-    m = nn.BatchNorm2d(3, track_running_stats=False).eval()
-    with torch.no_grad():
-        m.weight.copy_(torch.tensor([0.5, -1.0, 2.0]))
-    assert_exports(m, (torch.randn(4, 3, 5, 5) * 3 + 1,))
+    assert_cases({
+        "runtime stats, no bias": lambda x, mean, var, w: F.batch_norm(x, mean, var, w, None,
+                                                                       eps=1e-4),
+        "runtime stats, no weight": lambda x, mean, var, w: F.batch_norm(x, mean, var, None, w),
+        "no weight no bias": lambda x, mean, var, w: F.batch_norm(x, mean, var),
+    }, (torch.randn(2, 3, 4), torch.randn(3), torch.rand(3) + 0.5, torch.randn(3)))
 
 
 LN = {
@@ -65,33 +49,34 @@ LN = {
 }
 
 
-@pytest.mark.parametrize("name", list(LN))
-def test_layer_norm(name):
-    m = LN[name]()
+def _random_params(m):
     with torch.no_grad():
         for p in m.parameters():
             p.copy_(torch.randn_like(p))
-    assert_exports(m.eval(), (torch.randn(2, 4, 5, 6) * 2 + 1,))
+    return m
+
+
+def test_layer_norm():
+    assert_cases({name: _random_params(make()) for name, make in LN.items()},
+                 (torch.randn(2, 4, 5, 6) * 2 + 1,))
 
 
 def test_layer_norm_runtime_weight_and_bias():
-    m = Fn(lambda x, w, b: F.layer_norm(x, (3, 4), w, b, 1e-6))
-    assert_exports(m, (torch.randn(2, 3, 4), torch.randn(3, 4), torch.randn(3, 4)))
+    assert_cases({
+        "runtime weight and bias": lambda x, w, b: F.layer_norm(x, (3, 4), w, b, 1e-6),
+        "runtime weight only": lambda x, w, b: F.layer_norm(x, (4,), w[0]),
+    }, (torch.randn(2, 3, 4), torch.randn(3, 4), torch.randn(3, 4)))
 
 
-@pytest.mark.parametrize("groups,shape", [(1, (2, 6, 4, 3)), (3, (2, 6, 4, 3)),
-                                          (6, (2, 6, 5)), (2, (3, 4))],
-                         ids=["1 group", "3 groups 2d", "6 groups 1d", "2 groups no spatial"])
-def test_group_norm(groups, shape):
-    m = nn.GroupNorm(groups, shape[1])
-    with torch.no_grad():
-        m.weight.copy_(torch.randn(shape[1]))
-        m.bias.copy_(torch.randn(shape[1]))
-    assert_exports(m.eval(), (torch.randn(*shape),))
-
-
-def test_instance_norm():
-    m = nn.InstanceNorm2d(3, affine=True).eval()
-    with torch.no_grad():
-        m.weight.copy_(torch.randn(3))
-    assert_exports(m, (torch.randn(2, 3, 4, 5),))
+def test_group_and_instance_norm():
+    assert_cases({
+        "group norm 1 group": _random_params(nn.GroupNorm(1, 6)),
+        "group norm 3 groups 2d": _random_params(nn.GroupNorm(3, 6)),
+        "group norm 6 groups 1d": Apply(_random_params(nn.GroupNorm(6, 6)),
+                                        lambda x: x.flatten(2)),
+        "group norm 2 groups no spatial": Apply(_random_params(nn.GroupNorm(2, 6, eps=1e-3)),
+                                                lambda x: x[:, :, 0, 0]),
+        "group norm no affine": nn.GroupNorm(2, 6, affine=False),
+        "instance norm affine": _random_params(nn.InstanceNorm2d(6, affine=True)),
+        "instance norm 1d plain": Apply(nn.InstanceNorm1d(6), lambda x: x.flatten(2)),
+    }, (torch.randn(3, 6, 4, 3) * 2 - 1,))
