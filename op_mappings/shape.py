@@ -108,10 +108,18 @@ def squeeze(g, self, dim=None):
     return g.squeeze(self, axes)
 
 
-@aten("contiguous", "alias", "detach", "clone", "dropout", "feature_dropout",
-      "alpha_dropout", "feature_alpha_dropout", "lift_fresh", "resolve_conj", "resolve_neg")
+@aten("contiguous", "alias", "detach", "clone", "lift_fresh", "resolve_conj", "resolve_neg")
 def identity(g, self, *_):
     return self
+
+
+@aten("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout")
+def dropout(g, input, p, train):
+    """The identity at inference; dropout forced on (``training=True``) is random."""
+    if train and p > 0:
+        raise g.error(f"train=True with p={p}: dropout in training mode is random and "
+                      "cannot be exported (call it with training=False)")
+    return input
 
 
 @aten("expand")
