@@ -6,6 +6,8 @@ Module forms trace to ``aten::_convolution`` (``padding='same'``/``'valid'`` to
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -133,3 +135,21 @@ def test_pad_int_tensor_constant():
     assert_cases({"pad int value 7": lambda x: F.pad(x, (1, 2), value=7),
                   "pad int default": lambda x: F.pad(x, (0, 1, 1, 0))},
                  (torch.arange(12).reshape(3, 4),))
+
+
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_conv_transpose_geometry_property(data):
+    """Random stride/padding/output_padding/dilation/groups for conv_transpose1d (including
+    output_padding > padding, where PyTorch's last positions hold only the bias)."""
+    groups = data.draw(st.sampled_from([1, 2]), label="groups")
+    k = data.draw(st.integers(1, 4), label="kernel")
+    s = data.draw(st.integers(1, 3), label="stride")
+    d = data.draw(st.integers(1, 2), label="dilation")
+    p = data.draw(st.integers(0, d * (k - 1)), label="padding")
+    op = data.draw(st.integers(0, max(s, d) - 1), label="output_padding")
+    m = nn.ConvTranspose1d(2 * groups, 3 * groups, k, s, p, op, groups, dilation=d)
+    length = data.draw(st.integers(1, 6), label="length")
+    if (length - 1) * s - 2 * p + d * (k - 1) + op + 1 <= 0:
+        return
+    assert_cases({"conv_transpose1d": m}, (torch.randn(2, 2 * groups, length),))

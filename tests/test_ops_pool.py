@@ -2,6 +2,8 @@
 stride None, count_include_pad, divisor_override, adaptive windows that overlap)."""
 
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -86,3 +88,25 @@ ADAPTIVE = {
 
 def test_adaptive_avg_pool():
     assert_cases(ADAPTIVE, (torch.randn(2, 3, 9, 8),))
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_pool_geometry_property(data):
+    """Random kernel/stride/padding/dilation/ceil_mode/count_include_pad combinations that
+    PyTorch accepts: max and avg pooling match, including partial last windows."""
+    k = data.draw(st.integers(1, 4), label="kernel")
+    s = data.draw(st.integers(1, 3), label="stride")
+    p = data.draw(st.integers(0, k // 2), label="padding")
+    d = data.draw(st.integers(1, 2), label="dilation")
+    ceil = data.draw(st.booleans(), label="ceil_mode")
+    include = data.draw(st.booleans(), label="count_include_pad")
+    n = data.draw(st.integers(max(d * (k - 1) + 1 - 2 * p, 1), 9), label="length")
+    if p > (d * (k - 1) + 1) // 2:
+        return
+    x = torch.randn(1, 2, n, n + 1)
+    assert_cases({
+        "max_pool2d": lambda x: F.max_pool2d(x, k, s, p, d, ceil_mode=ceil),
+        "avg_pool2d": lambda x: F.avg_pool2d(x, k, s, p, ceil_mode=ceil,
+                                             count_include_pad=include),
+    }, (x,))
