@@ -521,6 +521,10 @@ class Graph:
         for t in ts:
             total = total + t.shape[axis]
         shape[axis] = total
+        if any(isinstance(d, int) and d == 0 for d in shape):
+            # tract's optimiser fails on a concat of empty tensors; the result holds nothing
+            return self.op("tract_core_broadcast", self.scalar(0, ts[0].dtype), shape=shape,
+                           out_shape=shape, out_dtype=ts[0].dtype)
         return self.op("concat", list(ts), axis=axis, out_shape=shape, out_dtype=ts[0].dtype)
 
     def gather(self, t: Tensor, indices: Tensor, axis: int) -> Tensor:
