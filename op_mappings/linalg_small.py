@@ -1,0 +1,499 @@
+"""Matrix factorisations and solvers for small static matrices (LU, Cholesky, QR, triangular
+solves, det/slogdet, inverse, matrix_exp).
+
+tract has no linear-algebra primitives, so each factorisation is unrolled over the matrix
+size ``n`` (static, at most ``MAX_N``). Every step works on whole rows or columns of the
+last two axes (slice/concat/matmul), so leading batch axes of any size, even symbolic, cost
+nothing extra and the op count grows linearly with ``n``. The arithmetic runs in float64
+(f16/f32 inputs are cast up and the results cast back): LAPACK's f32 results agree with the
+exact ones to ~1e-6 on the well-conditioned matrices PyTorch's results are defined for, and
+an f32 lowering with another operation order would not.
+
+Pivoting follows LAPACK's ``getrf``: the row with the largest ``|value|`` in the column,
+the first on ties; a zero pivot leaves its column unscaled and sets ``info``. Householder
+reflectors follow ``geqrf``/``larfg`` (``beta = -sign(alpha) * norm``), so Q and R carry
+LAPACK's signs. Rows are swapped with ``select`` masks (exact, NaN-safe), never with a
+permutation-matrix product.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from op_mappings.linalg import matmul_nd
+from op_mappings.math_unary import select
+from t2n.builder import broadcast_shapes
+from t2n.registry import aten
+
+MAX_N = 16  # largest matrix side unrolled (op count ~ 10-20 ops per row/column step)
+WORK = torch.float64
+
+
+# ---------------------------------------------------------------------------- checks/helpers
+def _check(g, x, what: str = "self", square: bool = False):
+    """The static matrix sides of ``x`` (m, n), or a clear refusal."""
+    if x.rank < 2:
+        raise g.error(f"{what}: expected a matrix (rank >= 2), got rank {x.rank}")
+    if not x.dtype.is_floating_point:
+        raise g.error(f"{what}: {x.dtype} matrices are not supported (floating point only)")
+    m, n = x.shape[-2], x.shape[-1]
+    if not (isinstance(m, int) and isinstance(n, int)):
+        raise g.error(f"{what}: the matrix sides must be static (got {m} x {n}); "
+                      "the factorisation is unrolled over them")
+    if max(m, n) > MAX_N:
+        raise g.error(f"{what}: matrices larger than {MAX_N} x {MAX_N} are not supported "
+                      f"(got {m} x {n}): the factorisation is unrolled over the matrix size")
+    if square and m != n:
+        raise g.error(f"{what}: expected square matrices, got {m} x {n}")
+    return m, n
+
+
+def _empty(shape) -> bool:
+    return any(isinstance(d, int) and d == 0 for d in shape)
+
+
+def _fill(g, i: int, value=0):
+    """Output ``i`` of the node filled with ``value`` (for empty results)."""
+    shape, dtype = list(g.out_shape(i)), g.out_dtype(i)
+    return g.broadcast_to(g.scalar(value, dtype), shape)
+
+
+def _work(g, x):
+    return g.cast(x, WORK)
+
+
+def _rows(g, x, a, b):
+    return g.slice(x, x.rank - 2, a, b)
+
+
+def _cols(g, x, a, b):
+    return g.slice(x, x.rank - 1, a, b)
+
+
+def _at(g, x, i, j):
+    """``x[..., i:i+1, j:j+1]``."""
+    return _cols(g, _rows(g, x, i, i + 1), j, j + 1)
+
+
+def _vcat(g, parts):
+    parts = [p for p in parts if p is not None and p.shape[-2] != 0]
+    return g.concat(parts, parts[0].rank - 2)
+
+
+def _hcat(g, parts):
+    parts = [p for p in parts if p is not None and p.shape[-1] != 0]
+    return g.concat(parts, parts[0].rank - 1)
+
+
+def _mT(g, x):
+    perm = list(range(x.rank))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    return g.transpose(x, perm)
+
+
+def _bool(g, kind, a, b):
+    return g.binary(kind, a, b, a.dtype if hasattr(a, "dtype") else WORK, out_dtype=torch.bool)
+
+
+def _mul(g, a, b):
+    return g.binary("mul", a, b, WORK)
+
+
+def _sub(g, a, b):
+    return g.binary("sub", a, b, WORK)
+
+
+def _div(g, a, b):
+    return g.binary("div", a, b, WORK)
+
+
+def _eye(g, m, n):
+    return g.const(torch.eye(m, n, dtype=WORK))
+
+
+def _batch_bcast(g, x, batch):
+    return g.broadcast_to(x, list(batch) + list(x.shape[-2:]))
+
+
+def _tri_mask(g, m, n, upper: bool, diagonal: int = 0):
+    ones = torch.ones(m, n, dtype=torch.bool)
+    return g.const(torch.triu(ones, diagonal) if upper else torch.tril(ones, diagonal))
+
+
+def _swap_rows(g, x, i: int, p):
+    """``x`` with rows ``i`` and ``p`` swapped (``p``: i64 ``[..., 1, 1]``, runtime)."""
+    m = x.shape[-2]
+    r = x.rank - 2
+    ar = g.const(torch.arange(m).reshape(m, 1))
+    hit = g.binary("eq", ar, p, torch.int64, out_dtype=torch.bool)
+    row_p = g.reduce("sum_reduce", select(g, hit, x, 0.0), [r], keepdim=True)
+    row_i = _rows(g, x, i, i + 1)
+    x = select(g, hit, row_i, x)
+    return _vcat(g, [_rows(g, x, 0, i), row_p, _rows(g, x, i + 1, m)])
+
+
+# ---------------------------------------------------------------------------- LU (getrf)
+def _getrf(g, a):
+    """LAPACK ``getrf`` on ``a`` (float64 ``[..., m, n]``): (LU, 0-based pivots as i64
+    ``[..., 1, 1]`` per step, info as i64 ``[..., 1, 1]``: 1-based first zero pivot or 0)."""
+    m, n = a.shape[-2:]
+    r = a.rank - 2
+    pivots, info = [], None
+    for j in range(min(m, n)):
+        col = _cols(g, _rows(g, a, j, m), j, j + 1)
+        shape = list(col.shape[:-2]) + [1, 1]
+        p = g.op("argmax_reduce", g.unary("abs", col), axes=[r], out_dtype=torch.int64,
+                 out_shape=shape)
+        if j:
+            p = g.binary("add", p, j, torch.int64)
+        pivots.append(p)
+        a = _swap_rows(g, a, j, p)
+        row = _rows(g, a, j, j + 1)
+        d = _cols(g, row, j, j + 1)
+        zero = _bool(g, "eq", d, g.scalar(0.0, WORK))
+        step = select(g, zero, g.scalar(j + 1, torch.int64), g.scalar(0, torch.int64))
+        info = step if info is None else select(
+            g, _bool(g, "eq", info, g.scalar(0, torch.int64)), step, info)
+        if j + 1 < m:
+            rest = _rows(g, a, j + 1, m)
+            colj = _cols(g, rest, j, j + 1)
+            # LAPACK scales by the reciprocal, and leaves a zero pivot's column as it is
+            lcol = select(g, zero, colj, _mul(g, colj, g.unary("recip", d)))
+            right = _cols(g, rest, j + 1, n)
+            if j + 1 < n:
+                right = _sub(g, right, _mul(g, lcol, _cols(g, row, j + 1, n)))
+            rest = _hcat(g, [_cols(g, rest, 0, j), lcol, right])
+            a = _vcat(g, [_rows(g, a, 0, j), row, rest])
+    return a, pivots, info
+
+
+def _pivots_out(g, pivots):
+    """The 0-based per-step pivots as PyTorch's 1-based int32 ``[..., k]``."""
+    one_based = [g.binary("add", g.squeeze(p, [p.rank - 1]), 1, torch.int64) for p in pivots]
+    v = g.concat(one_based, one_based[0].rank - 1)
+    return g.cast(v, torch.int32)
+
+
+def _pivots_in(g, pivots, k):
+    """Runtime 1-based pivots ``[..., k]`` as 0-based i64 ``[..., 1, 1]`` per step."""
+    p = g.binary("sub", g.cast(pivots, torch.int64), 1, torch.int64)
+    out = []
+    for j in range(k):
+        pj = g.slice(p, p.rank - 1, j, j + 1)
+        out.append(g.unsqueeze(pj, [pj.rank]))
+    return out
+
+
+def _permutation(g, pivots, m, batch):
+    """P with ``A = P @ L @ U`` (the row swaps applied to the identity, transposed)."""
+    e = _batch_bcast(g, _eye(g, m, m), batch)
+    for j, p in enumerate(pivots):
+        e = _swap_rows(g, e, j, p)
+    return _mT(g, e)
+
+
+def _info_out(g, info, batch):
+    if info is None:
+        return g.broadcast_to(g.scalar(0, torch.int32), list(batch))
+    return g.cast(g.squeeze(info, [info.rank - 2, info.rank - 1]), torch.int32)
+
+
+def _lu_factor(g, A, pivot):
+    if not pivot:
+        raise g.error("pivot: LU without pivoting is not supported (PyTorch has it on CUDA only)")
+    m, n = _check(g, A, "A")
+    return _getrf(g, _work(g, A))
+
+
+@aten("linalg_lu_factor")
+def linalg_lu_factor(g, A, pivot=True):
+    m, n = _check(g, A, "A")
+    if _empty(A.shape):
+        return _fill(g, 0), _fill(g, 1, 1)
+    lu, piv, _ = _lu_factor(g, A, pivot)
+    return g.cast(lu, A.dtype), _pivots_out(g, piv)
+
+
+@aten("linalg_lu_factor_ex", "_lu_with_info")
+def linalg_lu_factor_ex(g, A, pivot=True, check_errors=False):
+    """``check_errors`` raises in PyTorch on a singular input: the exported graph returns
+    the factorisation and ``info`` instead (it cannot raise)."""
+    m, n = _check(g, A, "A")
+    if _empty(A.shape):
+        return _fill(g, 0), _fill(g, 1, 1), _fill(g, 2)
+    lu, piv, info = _lu_factor(g, A, pivot)
+    return g.cast(lu, A.dtype), _pivots_out(g, piv), _info_out(g, info, A.shape[:-2])
+
+
+def _unpack_lu(g, lu, m, n):
+    k = min(m, n)
+    ll = select(g, _tri_mask(g, m, k, upper=False, diagonal=-1), _cols(g, lu, 0, k), 0.0)
+    ll = g.binary("add", ll, _eye(g, m, k), lu.dtype)
+    uu = select(g, _tri_mask(g, k, n, upper=True), _rows(g, lu, 0, k), 0.0)
+    return ll, uu
+
+
+@aten("linalg_lu")
+def linalg_lu(g, A, pivot=True):
+    m, n = _check(g, A, "A")
+    if _empty(A.shape):
+        return tuple(_fill(g, i) if i else _batch_eye_out(g, A, m) for i in range(3))
+    lu, piv, _ = _lu_factor(g, A, pivot)
+    ll, uu = _unpack_lu(g, lu, m, n)
+    p = _permutation(g, piv, m, A.shape[:-2])
+    return g.cast(p, A.dtype), g.cast(ll, A.dtype), g.cast(uu, A.dtype)
+
+
+def _batch_eye_out(g, A, m):
+    """P of an LU with no steps: the identity (or empty)."""
+    if _empty(g.out_shape(0)):
+        return _fill(g, 0)
+    return g.cast(_batch_bcast(g, _eye(g, m, m), A.shape[:-2]), A.dtype)
+
+
+@aten("lu_unpack")
+def lu_unpack(g, LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
+    m, n = _check(g, LU_data, "LU_data")
+    k = min(m, n)
+    outs = [None, None, None]
+    if unpack_pivots:
+        if _empty(g.out_shape(0)):
+            outs[0] = _fill(g, 0)
+        else:
+            piv = _pivots_in(g, LU_pivots, k) if k else []
+            outs[0] = g.cast(_permutation(g, piv, m, LU_data.shape[:-2]), LU_data.dtype)
+    else:
+        outs[0] = _fill(g, 0)
+    if unpack_data and not _empty(LU_data.shape):
+        ll, uu = _unpack_lu(g, LU_data, m, n)
+        outs[1], outs[2] = ll, uu
+    else:
+        outs[1], outs[2] = _fill(g, 1), _fill(g, 2)
+    return tuple(outs)
+
+
+# ---------------------------------------------------------------------------- determinants
+def _diag_and_sign(g, A):
+    """The LU diagonal entries (``[..., 1, 1]`` each) and the permutation's sign (+-1.)."""
+    n, _ = _check(g, A, "A", square=True)
+    lu, piv, _ = _getrf(g, _work(g, A))
+    diag = [_at(g, lu, j, j) for j in range(n)]
+    sign = None
+    for j, p in enumerate(piv):
+        s = select(g, _bool(g, "eq", p, g.scalar(j, torch.int64)), g.scalar(1.0, WORK),
+                   g.scalar(-1.0, WORK))
+        sign = s if sign is None else _mul(g, sign, s)
+    return diag, sign
+
+
+def _squeeze2(g, x):
+    return g.squeeze(x, [x.rank - 2, x.rank - 1])
+
+
+@aten("linalg_det", "det", "_linalg_det")
+def linalg_det(g, A):
+    n, _ = _check(g, A, "A", square=True)
+    if _empty(A.shape):
+        return _fill(g, 0, 1.0)
+    diag, sign = _diag_and_sign(g, A)
+    det = sign
+    for d in diag:
+        det = _mul(g, det, d)
+    return g.cast(_squeeze2(g, det), A.dtype)
+
+
+def _slogdet(g, A):
+    diag, sign = _diag_and_sign(g, A)
+    logabs = None
+    for d in diag:
+        sign = _mul(g, sign, g.unary("sign", d))
+        la = g.unary("log", g.unary("abs", d))
+        logabs = la if logabs is None else g.binary("add", logabs, la, WORK)
+    return _squeeze2(g, sign), _squeeze2(g, logabs)
+
+
+@aten("linalg_slogdet", "slogdet")
+def linalg_slogdet(g, A):
+    n, _ = _check(g, A, "A", square=True)
+    if _empty(A.shape):
+        return _fill(g, 0, 1.0), _fill(g, 1, 0.0)
+    sign, logabs = _slogdet(g, A)
+    return g.cast(sign, A.dtype), g.cast(logabs, A.dtype)
+
+
+@aten("logdet")
+def logdet(g, self):
+    """PyTorch: NaN for a negative determinant, -inf for a singular matrix."""
+    n, _ = _check(g, self, "self", square=True)
+    if _empty(self.shape):
+        return _fill(g, 0, 0.0)
+    sign, logabs = _slogdet(g, self)
+    neg = _bool(g, "lt", sign, g.scalar(0.0, WORK))
+    return g.cast(select(g, neg, g.scalar(float("nan"), WORK), logabs), self.dtype)
+
+
+# ---------------------------------------------------------------------------- triangular
+def _trsm(g, t, b, lower: bool, unit: bool):
+    """Solve ``t @ x = b`` (float64; ``t`` triangular ``[..., n, n]``, only its ``lower`` or
+    upper triangle read; ``b`` ``[..., n, k]``, already broadcast to the batch)."""
+    n = t.shape[-1]
+    order = range(n) if lower else range(n - 1, -1, -1)
+    done = None  # solved rows, in row order
+    for i in order:
+        bi = _rows(g, b, i, i + 1)
+        if done is not None:
+            coef = _cols(g, _rows(g, t, i, i + 1), 0, i) if lower else \
+                _cols(g, _rows(g, t, i, i + 1), i + 1, n)
+            bi = _sub(g, bi, matmul_nd(g, coef, done))
+        if not unit:
+            bi = _div(g, bi, _at(g, t, i, i))
+        if done is None:
+            done = bi
+        else:
+            done = _vcat(g, [done, bi] if lower else [bi, done])
+    return done
+
+
+def _broadcast_pair(g, a, b):
+    """Broadcast the batch axes of two matrices against each other."""
+    batch = list(broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    return _batch_bcast(g, a, batch), _batch_bcast(g, b, batch), batch
+
+
+def _solve_tri(g, a, b, upper, left, unit):
+    """``a @ x = b`` (left) or ``x @ a = b``, float64, batch broadcast."""
+    a, b, _ = _broadcast_pair(g, a, b)
+    if left:
+        return _trsm(g, a, b, lower=not upper, unit=unit)
+    x = _trsm(g, _mT(g, a), _mT(g, b), lower=upper, unit=unit)
+    return _mT(g, x)
+
+
+@aten("linalg_solve_triangular")
+def linalg_solve_triangular(g, self, B, upper, left=True, unitriangular=False):
+    n, _ = _check(g, self, "A", square=True)
+    _check(g, B, "B")
+    if _empty(g.out_shape(0)):
+        return _fill(g, 0)
+    x = _solve_tri(g, _work(g, self), _work(g, B), upper, left, unitriangular)
+    return g.cast(x, g.out_dtype(0))
+
+
+@aten("triangular_solve")
+def triangular_solve(g, self, A, upper=True, transpose=False, unitriangular=False):
+    """``A @ X = self`` (or ``A^T @ X = self``); returns (X, a copy of A)."""
+    n, _ = _check(g, A, "A", square=True)
+    _check(g, self, "self")
+    if _empty(g.out_shape(0)):
+        return _fill(g, 0), (A if not _empty(A.shape) else _fill(g, 1))
+    a = _work(g, A)
+    if transpose:
+        a, upper = _mT(g, a), not upper
+    x = _solve_tri(g, a, _work(g, self), upper, True, unitriangular)
+    return g.cast(x, g.out_dtype(0)), A
+
+
+# ---------------------------------------------------------------------------- LU solves
+def _apply_swaps(g, x, pivots, reverse=False):
+    steps = list(enumerate(pivots))
+    for j, p in (reversed(steps) if reverse else steps):
+        x = _swap_rows(g, x, j, p)
+    return x
+
+
+def _lu_solve(g, lu, pivots, b, adjoint=False):
+    """``A x = b`` (or ``A^T x = b``) for ``A = P L U`` (float64, batch broadcast)."""
+    if not adjoint:
+        y = _apply_swaps(g, b, pivots)
+        y = _trsm(g, lu, y, lower=True, unit=True)
+        return _trsm(g, lu, y, lower=False, unit=False)
+    lt = _mT(g, lu)
+    y = _trsm(g, lt, b, lower=True, unit=False)
+    y = _trsm(g, lt, y, lower=False, unit=True)
+    return _apply_swaps(g, y, pivots, reverse=True)
+
+
+@aten("linalg_lu_solve")
+def linalg_lu_solve(g, LU, pivots, B, left=True, adjoint=False):
+    n, _ = _check(g, LU, "LU", square=True)
+    _check(g, B, "B")
+    if _empty(g.out_shape(0)):
+        return _fill(g, 0)
+    lu, b = _work(g, LU), _work(g, B)
+    batch = list(broadcast_shapes(LU.shape[:-2], B.shape[:-2]))
+    lu, b = _batch_bcast(g, lu, batch), _batch_bcast(g, b, batch)
+    piv = _pivots_in(g, pivots, n)
+    if left:
+        x = _lu_solve(g, lu, piv, b, adjoint)
+    else:  # x A = b  <=>  A^T x^T = b^T
+        x = _mT(g, _lu_solve(g, lu, piv, _mT(g, b), not adjoint))
+    return g.cast(x, g.out_dtype(0))
+
+
+@aten("lu_solve")
+def lu_solve(g, self, LU_data, LU_pivots):
+    return linalg_lu_solve(g, LU_data, LU_pivots, self)
+
+
+def _solve(g, A, B, left=True):
+    """(x, info) of ``A x = B`` with B a matrix ``[..., n, k]`` (float64)."""
+    a, b, batch = _broadcast_pair(g, _work(g, A), _work(g, B))
+    if not left:
+        a, b = _mT(g, a), _mT(g, b)
+    lu, piv, info = _getrf(g, a)
+    x = _lu_solve(g, lu, piv, b)
+    return (x if left else _mT(g, x)), info, batch
+
+
+def _is_vector_rhs(A, B):
+    return B.rank == 1 or (B.rank == A.rank - 1 and list(B.shape) == list(A.shape[:-1]))
+
+
+def _linalg_solve(g, A, B, left, with_info):
+    n, _ = _check(g, A, "A", square=True)
+    vector = _is_vector_rhs(A, B)
+    if vector:
+        B = g.unsqueeze(B, [B.rank])
+    _check(g, B, "B")
+    if _empty(g.out_shape(0)):
+        return _fill(g, 0), (_fill(g, 1) if with_info else None)
+    x, info, batch = _solve(g, A, B, left)
+    if vector:
+        x = g.squeeze(x, [x.rank - 1])
+    return g.cast(x, g.out_dtype(0)), _info_out(g, info, list(A.shape[:-2]))
+
+
+@aten("linalg_solve")
+def linalg_solve(g, A, B, left=True):
+    return _linalg_solve(g, A, B, left, False)[0]
+
+
+@aten("linalg_solve_ex")
+def linalg_solve_ex(g, A, B, left=True, check_errors=False):
+    return _linalg_solve(g, A, B, left, True)
+
+
+def _inv(g, A):
+    n, _ = _check(g, A, "A", square=True)
+    eye = _batch_bcast(g, _eye(g, n, n), A.shape[:-2])
+    x, info, _ = _solve(g, A, eye)
+    return g.cast(x, A.dtype), info
+
+
+@aten("linalg_inv_ex")
+def linalg_inv_ex(g, A, check_errors=False):
+    _check(g, A, "A", square=True)
+    if _empty(A.shape):
+        return _fill(g, 0), _fill(g, 1)
+    x, info = _inv(g, A)
+    return x, _info_out(g, info, A.shape[:-2])
+
+
+@aten("linalg_inv", "inverse")
+def linalg_inv(g, A):
+    _check(g, A, "A", square=True)
+    if _empty(A.shape):
+        return _fill(g, 0)
+    return _inv(g, A)[0]
