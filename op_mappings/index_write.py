@@ -194,3 +194,33 @@ def _put_nd(g, self, indices, values, accumulate):
                out_dtype=self.dtype)
     inv = [perm.index(i) for i in range(self.rank)]
     return g.transpose(out, inv)
+
+
+@aten("index_reduce")
+def index_reduce(g, self, dim, index, source, reduce, include_self=True):
+    """``scatter_reduce`` with the 1-D index laid along ``dim`` over whole slabs."""
+    if self.rank == 0:
+        out = index_reduce(g, g.unsqueeze(self, [0]), 0, g.reshape(index, [1]) if index.rank
+                           == 0 else index, g.reshape(source, [1]), reduce, include_self)
+        return g.squeeze(out, [0])
+    axis = dim % self.rank
+    src = source if source.rank else g.reshape(source, [1] * self.rank)
+    idx = _slab_index(g, normalized(g, index, self, axis), src.shape, axis)
+    reduce = {"amax": "amax", "amin": "amin", "prod": "prod", "mean": "mean"}[reduce]
+    from t2n import registry
+
+    return registry.lookup("scatter_reduce")(g, self, axis, idx, g.cast(src, self.dtype),
+                                             reduce, include_self)
+
+
+@aten("put")
+def put(g, self, index, source, accumulate=False):
+    """``self.flatten()[index] = source`` (``+=`` with accumulate), reshaped back."""
+    from op_mappings.gather import flatten_all
+
+    flat = flatten_all(g, self)
+    idx = normalized(g, g.reshape(index, [-1]) if index.rank != 1 else index, flat, 0)
+    src = g.cast(source, self.dtype)
+    src = g.reshape(src, list(idx.shape)) if src.rank != 1 else src
+    out = index_put(g, flat, [idx], src, accumulate)
+    return g.reshape(out, list(self.shape))

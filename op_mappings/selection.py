@@ -1,0 +1,91 @@
+"""Ops whose output length depends on the data: nonzero, argwhere, masked_select,
+nonzero_static.
+
+The true positions come from ``tract_core_topk`` over a descending position key, with
+``k = count(true)`` computed at run time (see ``op_mappings.index``): one op whatever the
+data, and the result's length is a run-time size.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from op_mappings.index import _runtime_mask_positions
+from t2n import registry
+from t2n.registry import aten
+
+
+def _nonzero_mask(g, x):
+    if x.dtype == torch.bool:
+        return x
+    return g.binary("ne", x, g.scalar(0, x.dtype), x.dtype, out_dtype=torch.bool)
+
+
+@aten("nonzero", "argwhere")
+def nonzero(g, self):
+    if self.rank == 0:
+        raise g.error("nonzero of a 0-dim tensor is not supported")
+    cols = _runtime_mask_positions(g, 0, _nonzero_mask(g, self))
+    return g.concat([g.unsqueeze(c, [1]) for c in cols], 1)
+
+
+@aten("masked_select")
+def masked_select(g, self, mask):
+    from t2n.builder import broadcast_shapes
+
+    shape = list(broadcast_shapes(self.shape, mask.shape))
+    x = g.broadcast_to(self, shape)
+    m = g.broadcast_to(g.cast(mask, torch.bool), shape)
+    if x.rank == 0:
+        x, m = g.reshape(x, [1]), g.reshape(m, [1])
+    return registry.lookup("index")(g, x, [m])
+
+
+@aten("nonzero_static")
+def nonzero_static(g, self, size, fill_value=-1):
+    """The first ``size`` non-zero positions, padded with ``fill_value``: a static shape."""
+    from op_mappings.gather import flatten_all
+
+    if self.rank == 0:
+        raise g.error("nonzero_static of a 0-dim tensor is not supported")
+    shape = self.static_shape()
+    if shape is None:
+        raise g.error("nonzero_static over a dynamic axis is not supported")
+    n = 1
+    for d in shape:
+        n *= d
+    if size == 0:
+        return g.broadcast_to(g.scalar(0, torch.int64), [0, self.rank])
+    flat = g.cast(flatten_all(g, _nonzero_mask(g, self)), torch.int64)
+    count = g.reduce("sum_reduce", flat, [0], keepdim=False)
+    k = min(size, n)
+    key = g.binary("mul", flat, g.const(torch.arange(n, 0, -1)))
+    _, pos = g.op("tract_core_topk", key, k, axis=0, largest=True, outputs=2,
+                  out_dtypes=[torch.int64, torch.int64], out_shapes=[[k], [k]])
+    cols = []
+    for j in range(len(shape)):
+        stride = 1
+        for d in shape[j + 1:]:
+            stride *= d
+        c = g.binary("div", pos, g.scalar(stride, torch.int64)) if stride > 1 else pos
+        if j > 0:
+            outer = g.binary("div", pos, g.scalar(stride * shape[j], torch.int64))
+            c = g.binary("sub", c, g.binary("mul", outer, g.scalar(shape[j], torch.int64)))
+        cols.append(g.unsqueeze(c, [1]))
+    out = g.concat(cols, 1)  # [k, rank]
+    valid = g.binary("lt", g.const(torch.arange(k).reshape(k, 1)), count, torch.int64,
+                     out_dtype=torch.bool)
+    out = g.op("select", valid, out, g.broadcast_to(g.scalar(fill_value, torch.int64),
+                                                    [k, self.rank]), out_dtype=torch.int64)
+    if size > n:
+        out = g.concat([out, g.broadcast_to(g.scalar(fill_value, torch.int64),
+                                            [size - n, self.rank])], 0)
+    return out
+
+
+@aten("nonzero_numpy")
+def nonzero_numpy(g, self):
+    """``nonzero(as_tuple=True)``: one index tensor per axis."""
+    if self.rank == 0:
+        raise g.error("nonzero of a 0-dim tensor is not supported")
+    return _runtime_mask_positions(g, 0, _nonzero_mask(g, self))
