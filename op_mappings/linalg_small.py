@@ -497,3 +497,81 @@ def linalg_inv(g, A):
     if _empty(A.shape):
         return _fill(g, 0)
     return _inv(g, A)[0]
+
+
+# ---------------------------------------------------------------------------- Cholesky
+def _potrf(g, a):
+    """LAPACK ``potrf`` (lower) on float64 ``a``, reading its lower triangle: (L, info), info
+    the 1-based order of the first leading minor that is not positive definite, or 0.
+    Columns after a failure are not LAPACK's (PyTorch leaves them unspecified)."""
+    n = a.shape[-1]
+    zeros = g.zeros_like(_cols(g, a, 0, 1))
+    cols, info = [], None
+    for j in range(n):
+        c = _rows(g, _cols(g, a, j, j + 1), j, n)  # [..., n-j, 1]
+        if cols:
+            lp = _hcat(g, cols)  # [..., n, j]
+            c = _sub(g, c, matmul_nd(g, _rows(g, lp, j, n), _rows(g, lp, j, j + 1),
+                                     transpose_b=True))
+        d = _rows(g, c, 0, 1)
+        bad = g.op("not", _bool(g, "gt", d, g.scalar(0.0, WORK)), out_dtype=torch.bool)
+        step = select(g, bad, g.scalar(j + 1, torch.int64), g.scalar(0, torch.int64))
+        info = step if info is None else select(
+            g, _bool(g, "eq", info, g.scalar(0, torch.int64)), step, info)
+        ljj = g.unary("sqrt", d)
+        below = _div(g, _rows(g, c, 1, n - j), ljj) if j + 1 < n else None
+        cols.append(_vcat(g, [_rows(g, zeros, 0, j), ljj, below]))
+    return _hcat(g, cols), info
+
+
+def _cholesky(g, A, upper):
+    """(L or U, info) in float64; ``upper`` reads the upper triangle (A = U^H U)."""
+    a = _work(g, A)
+    if upper:
+        ll, info = _potrf(g, _mT(g, a))
+        return _mT(g, ll), info
+    return _potrf(g, a)
+
+
+@aten("linalg_cholesky_ex")
+def linalg_cholesky_ex(g, A, upper=False, check_errors=False):
+    _check(g, A, "A", square=True)
+    if _empty(A.shape):
+        return _fill(g, 0), _fill(g, 1)
+    ll, info = _cholesky(g, A, upper)
+    return g.cast(ll, A.dtype), _info_out(g, info, A.shape[:-2])
+
+
+@aten("linalg_cholesky", "cholesky")
+def linalg_cholesky(g, A, upper=False):
+    _check(g, A, "A", square=True)
+    if _empty(A.shape):
+        return _fill(g, 0)
+    return g.cast(_cholesky(g, A, upper)[0], A.dtype)
+
+
+def _chol_solve(g, b, f, upper):
+    """``(F F^H) x = b`` for lower ``F`` (or ``(F^H F) x = b`` for upper ``F``)."""
+    ll = _mT(g, f) if upper else f
+    y = _trsm(g, ll, b, lower=True, unit=False)
+    return _trsm(g, _mT(g, ll), y, lower=False, unit=False)
+
+
+@aten("cholesky_solve")
+def cholesky_solve(g, self, input2, upper=False):
+    _check(g, input2, "input2", square=True)
+    _check(g, self, "self")
+    if _empty(g.out_shape(0)):
+        return _fill(g, 0)
+    f, b, _ = _broadcast_pair(g, _work(g, input2), _work(g, self))
+    return g.cast(_chol_solve(g, b, f, upper), g.out_dtype(0))
+
+
+@aten("cholesky_inverse")
+def cholesky_inverse(g, self, upper=False):
+    n, _ = _check(g, self, "self", square=True)
+    if _empty(self.shape):
+        return _fill(g, 0)
+    f = _work(g, self)
+    eye = _batch_bcast(g, _eye(g, n, n), self.shape[:-2])
+    return g.cast(_chol_solve(g, eye, f, upper), self.dtype)
