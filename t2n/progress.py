@@ -70,6 +70,7 @@ class Bar:
         self.shown = False
         self._write_start = None
         self._last = float("-inf")
+        self._drawn = -1
 
     def start(self, total: int) -> None:
         self.total = max(0, int(total))
@@ -94,11 +95,13 @@ class Bar:
         self.stream.write(line)
         self.stream.flush()
         self.shown = True
+        self._drawn = self.done
 
     def close(self) -> None:
         """End the bar's line (only if one was drawn)."""
         if self.shown:
-            self._draw(self.clock())
+            if self._drawn != self.done:
+                self._draw(self.clock())
             self.stream.write("\n")
             self.stream.flush()
             self.shown = False
