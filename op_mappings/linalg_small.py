@@ -575,3 +575,142 @@ def cholesky_inverse(g, self, upper=False):
     f = _work(g, self)
     eye = _batch_bcast(g, _eye(g, n, n), self.shape[:-2])
     return g.cast(_chol_solve(g, eye, f, upper), self.dtype)
+
+
+# ---------------------------------------------------------------------------- Householder QR
+def _geqrf(g, a):
+    """LAPACK ``geqrf`` (unblocked ``geqr2``/``larfg``) on float64 ``a``: (reflectors and R
+    packed as LAPACK does, taus as ``[..., 1, 1]`` per step)."""
+    m, n = a.shape[-2:]
+    r = a.rank - 2
+    taus = []
+    for j in range(min(m, n)):
+        x = _rows(g, _cols(g, a, j, j + 1), j, m)
+        if m - j == 1:  # larfg on one element: H = I
+            taus.append(g.zeros_like(x))
+            continue
+        alpha, v = _rows(g, x, 0, 1), _rows(g, x, 1, m - j)
+        xn2 = g.reduce("sum_reduce", _mul(g, v, v), [r], keepdim=True)
+        norm = g.unary("sqrt", g.binary("add", _mul(g, alpha, alpha), xn2, WORK))
+        nonneg = _bool(g, "ge", alpha, g.scalar(0.0, WORK))
+        beta = select(g, nonneg, g.unary("neg", norm), norm)
+        moved = _bool(g, "ne", xn2, g.scalar(0.0, WORK))  # xnorm = 0: tau = 0, H = I
+        tau = select(g, moved, _div(g, _sub(g, beta, alpha), beta), 0.0)
+        v = select(g, moved, _mul(g, v, g.unary("recip", _sub(g, alpha, beta))), v)
+        taus.append(tau)
+        col = _vcat(g, [select(g, moved, beta, alpha), v])
+        right = _rows(g, _cols(g, a, j + 1, n), j, m)
+        if j + 1 < n:
+            right = _reflect(g, right, _vcat(g, [g.zeros_like(alpha), v]), tau, 0)
+        rest = _hcat(g, [_rows(g, _cols(g, a, 0, j), j, m), col, right])
+        a = _vcat(g, [_rows(g, a, 0, j), rest])
+    return a, taus
+
+
+def _reflect(g, c, w, tau, i):
+    """``H @ c`` for ``H = I - tau w w^T`` with ``w = [0 .. 0, 1, w[i+1:]]`` (rows >= i
+    only; ``w[i]`` is taken as 1 whatever it holds)."""
+    m = c.shape[-2]
+    r = c.rank - 2
+    ci = _rows(g, c, i, m)
+    wi = _rows(g, w, i, m)
+    first = g.const(torch.arange(m - i).reshape(m - i, 1) == 0)
+    wi = select(g, first, 1.0, wi, dtype=WORK)
+    wtc = g.reduce("sum_reduce", _mul(g, wi, ci), [r], keepdim=True)
+    ci = _sub(g, ci, _mul(g, _mul(g, tau, wi), wtc))
+    return _vcat(g, [_rows(g, c, 0, i), ci])
+
+
+def _apply_q(g, refl, taus, c, transpose):
+    """``Q @ c`` (or ``Q^T @ c``) for ``Q = H_0 H_1 ... H_{k-1}`` held as reflectors."""
+    order = list(range(len(taus)))
+    for i in (order if transpose else reversed(order)):
+        c = _reflect(g, c, _cols(g, refl, i, i + 1), taus[i], i)
+    return c
+
+
+def _taus_in(g, tau, k):
+    out = []
+    for i in range(k):
+        t = g.slice(tau, tau.rank - 1, i, i + 1)
+        out.append(g.unsqueeze(t, [t.rank]))
+    return out
+
+
+@aten("geqrf")
+def geqrf(g, self):
+    m, n = _check(g, self, "self")
+    if _empty(self.shape):
+        return _fill(g, 0), _fill(g, 1)
+    a, taus = _geqrf(g, _work(g, self))
+    tau = g.concat([g.squeeze(t, [t.rank - 1]) for t in taus], taus[0].rank - 2)
+    return g.cast(a, self.dtype), g.cast(tau, self.dtype)
+
+
+@aten("linalg_householder_product", "orgqr")
+def linalg_householder_product(g, input, tau):
+    m, n = _check(g, input, "input")
+    k = tau.shape[-1]
+    if not isinstance(k, int):
+        raise g.error("tau: its length must be static")
+    if _empty(g.out_shape(0)):
+        return _fill(g, 0)
+    refl = _work(g, input)
+    batch = list(broadcast_shapes(input.shape[:-2], tau.shape[:-1]))
+    q = _batch_bcast(g, _eye(g, m, n), batch)
+    q = _apply_q(g, refl, _taus_in(g, _work(g, tau), k), q, transpose=False)
+    return g.cast(q, g.out_dtype(0))
+
+
+@aten("ormqr")
+def ormqr(g, self, input2, input3, left=True, transpose=False):
+    """``Q @ C``, ``Q^T @ C``, ``C @ Q`` or ``C @ Q^T`` with Q from geqrf's reflectors."""
+    _check(g, self, "self")
+    _check(g, input3, "input3")
+    k = input2.shape[-1]
+    if not isinstance(k, int):
+        raise g.error("input2: tau's length must be static")
+    if _empty(g.out_shape(0)):
+        return _fill(g, 0)
+    refl, c = _work(g, self), _work(g, input3)
+    batch = list(broadcast_shapes(self.shape[:-2], input3.shape[:-2], input2.shape[:-1]))
+    refl, c = _batch_bcast(g, refl, batch), _batch_bcast(g, c, batch)
+    taus = _taus_in(g, _work(g, input2), k)
+    if left:
+        out = _apply_q(g, refl, taus, c, transpose)
+    else:  # C Q = (Q^T C^T)^T
+        out = _mT(g, _apply_q(g, refl, taus, _mT(g, c), not transpose))
+    return g.cast(out, g.out_dtype(0))
+
+
+def _qr(g, A, mode):
+    m, n = _check(g, A, "A")
+    if mode not in ("reduced", "complete", "r"):
+        raise g.error(f"mode: unknown mode {mode!r}")
+    k = min(m, n)
+    q_cols = m if mode == "complete" else k
+    r_rows = m if mode == "complete" else k
+    if _empty(A.shape):
+        if mode == "r" or _empty(g.out_shape(0)):
+            q = _fill(g, 0)
+        else:  # no reflector: Q is the identity
+            q = g.cast(_batch_bcast(g, _eye(g, m, q_cols), A.shape[:-2]), A.dtype)
+        return q, _fill(g, 1)
+    a, taus = _geqrf(g, _work(g, A))
+    rr = select(g, _tri_mask(g, r_rows, n, upper=True),
+                _rows(g, a, 0, r_rows), 0.0)
+    if mode == "r":
+        return _fill(g, 0), g.cast(rr, A.dtype)
+    q = _batch_bcast(g, _eye(g, m, q_cols), A.shape[:-2])
+    q = _apply_q(g, a, taus, q, transpose=False)
+    return g.cast(q, A.dtype), g.cast(rr, A.dtype)
+
+
+@aten("linalg_qr")
+def linalg_qr(g, A, mode="reduced"):
+    return _qr(g, A, mode)
+
+
+@aten("qr")
+def qr(g, self, some=True):
+    return _qr(g, self, "reduced" if some else "complete")
