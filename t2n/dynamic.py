@@ -79,17 +79,24 @@ class SymbolicShapes:
     functions.
 
     The trace records concrete sizes only; for a node that reads a dynamic axis, t2n calls
-    the aten overload on fake tensors whose sizes are SymInts of a ``ShapeEnv`` (one
+    the aten overload on fake tensors whose sizes are SymInts of a fresh ``ShapeEnv`` (one
     ``ShapeEnv`` symbol per tract symbol, with the example size as hint). PyTorch's meta
     functions then give every output size as an expression of the symbols, which is
     converted back to t2n's sympy symbols. A static graph never comes here.
 
-    When PyTorch specialises a symbol to a number while computing a node (the model code
-    only works for the traced size), :meth:`out_shapes` raises, so a dynamic axis is never
-    frozen silently.
+    Each node gets its own ``ShapeEnv``, so what PyTorch assumes for one node never leaks
+    into the next. When the shape function records a condition that ties sizes to numbers
+    and fails for other sizes (``x.reshape(16, 4)`` on ``[B, S, 4]`` needs ``4*B*S == 64``)
+    :meth:`out_shapes` raises: a dynamic axis is never frozen silently. When PyTorch has no
+    symbolic shape function (it falls back to running the op on the example sizes and
+    pins every symbol), the result is None and the mapping's own shape is used.
     """
 
     def __init__(self, hints: dict):
+        self.hints: dict = {s: int(h) for s, h in hints.items()}
+        self.unknown: set[str] = set()  # ops whose symbolic shapes PyTorch could not compute
+
+    def _fresh(self):
         from torch._dynamo.source import ConstantSource
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
@@ -97,16 +104,12 @@ class SymbolicShapes:
         self.env = ShapeEnv(duck_shape=False, specialize_zero_one=False,
                             assume_static_by_default=False)
         self.mode = FakeTensorMode(shape_env=self.env, allow_non_fake_inputs=True)
-        self.to_env: dict = {}
-        self.from_env: dict = {}
-        self.hints: dict = {}
-        self.unknown: set[str] = set()  # ops whose symbolic shapes PyTorch could not compute
-        for sym, hint in hints.items():
-            s = self.env.create_symbol(int(hint), ConstantSource(sym.name),
+        self.to_env, self.from_env = {}, {}
+        for sym, hint in self.hints.items():
+            s = self.env.create_symbol(hint, ConstantSource(sym.name),
                                        dynamic_dim=DimDynamic.DYNAMIC)
             self.to_env[sym] = s
             self.from_env[s] = sym
-            self.hints[sym] = int(hint)
 
     # ---------------------------------------------------------------- conversions
     def symint(self, expr):
@@ -123,22 +126,34 @@ class SymbolicShapes:
         import torch
 
         if isinstance(d, torch.SymInt):
-            expr = d.node.expr
-            expr = self.env.replace(expr) if hasattr(self.env, "replace") else expr
+            expr = self.env.replace(d.node.expr)
             expr = _torch_functions_to_sympy(expr.xreplace(self.from_env))
             if expr.is_number:
                 return int(expr)
             return expr
         return int(d)
 
-    def _pinning(self, expr):
-        """The guard as text (in t2n symbols) when it pins sizes to numbers, else None."""
-        if not _pins(expr):
+    def _constraint(self, expr):
+        """(text, relates symbols only) for a guard that holds at the example sizes but not
+        at other sizes, else None (bounds such as ``S >= 5`` or ``S != 1`` and conditions
+        that hold for many sizes are fine)."""
+        import sympy
+
+        if not isinstance(expr, sympy.Eq):
             return None
         e = _torch_functions_to_sympy(expr.xreplace(self.from_env))
-        if not e.free_symbols & set(self.hints):
+        syms = sorted(e.free_symbols & set(self.hints), key=lambda x: x.name)
+        if not syms:
             return None
-        return f"{e.lhs} == {e.rhs}"
+        trials = [{x: self.hints[x] + k for x in syms} for k in (1, 2, 7, 13)]
+        trials += [{x: self.hints[x] + (k if i == j else 0) for i, x in enumerate(syms)}
+                   for j in range(len(syms)) for k in (1, 5)]
+        for values in trials:
+            if not bool(e.subs(values)):
+                diff = sympy.expand(e.lhs - e.rhs)
+                only_symbols = len(diff.free_symbols) > 1 and diff.as_coeff_Add()[0] == 0
+                return f"{e.lhs} == {e.rhs}", only_symbols
+        return None
 
     def _fake_arg(self, x):
         import torch
@@ -158,16 +173,15 @@ class SymbolicShapes:
     # ---------------------------------------------------------------- propagation
     def out_shapes(self, schema, inputs: list, op_name: str):
         """Output shapes (one per tensor output, None elsewhere), or None when PyTorch cannot
-        compute them on fake tensors (data-dependent output sizes)."""
+        compute them symbolically."""
         import torch
 
         from .errors import ConversionError
 
         op = getattr(torch.ops.aten, schema.name.split("::", 1)[1])
         op = getattr(op, schema.overload_name or "default")
+        self._fresh()
         args, kwargs = [], {}
-        before = dict(self.env.replacements)
-        n_guards = len(self.env.guards)
         try:
             with self.mode:
                 for arg, value in zip(schema.arguments, inputs):
@@ -177,26 +191,22 @@ class SymbolicShapes:
                     else:
                         args.append(v)
                 result = op(*args, **kwargs)
-        except ConversionError:
-            raise
         except Exception:
             return None
-        frozen = [self.from_env.get(s, s) for s, r in self.env.replacements.items()
-                  if s not in before and getattr(r, "is_number", False)
-                  and s in self.from_env]
-        if frozen:
-            raise ConversionError(op_name, "the model fixes the dynamic axis " +
-                                  ", ".join(f"{s}={self.hints[s]}" for s in frozen) +
-                                  " here (its code only works for the traced size); "
-                                  "remove that axis from dynamic_axes or make the code "
+        if any(getattr(r, "is_number", False) for r in self.env.replacements.values()):
+            return None  # PyTorch ran the op on the example sizes: no symbolic answer
+        for guard in self.env.guards:
+            found = self._constraint(guard.expr)
+            if found is None:
+                continue
+            text, ties_symbols = found
+            if ties_symbols:
+                raise ConversionError(op_name, f"the model only works when {text}: give "
+                                      "those axes the same symbol in dynamic_axes")
+            raise ConversionError(op_name, f"the model only works when {text} (true for "
+                                  "the example sizes): a dynamic axis would be frozen; "
+                                  "remove it from dynamic_axes or make the code "
                                   "size-generic")
-        for guard in self.env.guards[n_guards:]:
-            pinned = self._pinning(guard.expr)
-            if pinned is not None:
-                raise ConversionError(op_name, f"the model only works when {pinned} (true for "
-                                      "the example sizes): a dynamic axis would be frozen; "
-                                      "remove it from dynamic_axes or make the code "
-                                      "size-generic")
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         out = []
         for r in results:
@@ -205,19 +215,6 @@ class SymbolicShapes:
             else:
                 out.append(None)
         return out
-
-
-def _pins(expr) -> bool:
-    """Whether a guard PyTorch recorded ties sizes to numbers (``4*B*S == 64``), as opposed
-    to bounds (``S >= 5``) or divisibility (``S % 2 == 0``) that hold for many sizes."""
-    import sympy
-    from torch.utils._sympy import functions as F
-
-    if not isinstance(expr, sympy.Eq):
-        return False
-    if expr.has(F.Mod, F.PythonMod, sympy.Mod):
-        return False
-    return True
 
 
 def _floor_to_floordiv(expr):

@@ -73,6 +73,12 @@ def test_model_that_needs_the_traced_size_is_refused():
                    dynamic_axes={"x": {0: "B", 1: "S"}})
 
 
+def test_two_symbols_the_model_needs_equal_are_refused():
+    with pytest.raises(UnsupportedOperatorsError, match="same symbol"):
+        t2n.export(Fn(lambda a, b: a + b), (r(2, 8), r(2, 8)), "/tmp/t2n_st.nnef",
+                   input_names=["a", "b"], dynamic_axes={"a": {1: "S"}, "b": {1: "T"}})
+
+
 def test_output_axes_stay_symbolic(tmp_path):
     res = t2n.export(Fn(lambda x: torch.cat([x, x], 1).sum(0)), (r(2, 8),),
                      str(tmp_path / "m.nnef"), input_names=["x"],

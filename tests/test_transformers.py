@@ -75,3 +75,10 @@ def test_llama_rmsnorm_rotary_gqa():
                                    intermediate_size=64, max_position_embeddings=64,
                                    attn_implementation="sdpa", use_cache=False)
     _check(transformers.LlamaModel(cfg), use_cache=False)
+
+
+def test_t5_encoder_relative_positions():
+    cfg = transformers.T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                                num_heads=4, relative_attention_num_buckets=8,
+                                relative_attention_max_distance=16)
+    _check(transformers.T5EncoderModel(cfg))
