@@ -127,3 +127,37 @@ def arange(g, *args):
     else:
         raise g.error(f"unexpected arange overload with {n_args} arguments")
     return _arange(g, start, end, step)
+
+
+def _linspace_values(g, start, end, steps, dtype):
+    """PyTorch's two-sided formula: start + i*step below halfway, end - (n-1-i)*step above
+    (runtime start/end are 0-dim tensors)."""
+    if not dtype.is_floating_point:
+        raise g.error(f"linspace/logspace with integer dtype {dtype} is not supported")
+    if steps == 0:
+        return g.broadcast_to(g.scalar(0.0, dtype), [0])
+    a = g.as_tensor(start, dtype)
+    b = g.as_tensor(end, dtype)
+    if steps == 1:
+        return g.reshape(a, [1])
+    step = g.binary("div", g.binary("sub", b, a, dtype), float(steps - 1), dtype)
+    idx = torch.arange(steps, dtype=dtype)
+    half = steps // 2
+    low = g.binary("add", a, g.binary("mul", step, g.const(idx), dtype), dtype)
+    rev = g.const((steps - 1 - idx).to(dtype))
+    high = g.binary("sub", b, g.binary("mul", step, rev, dtype), dtype)
+    mask = g.const(torch.arange(steps) < half)
+    return g.op("select", mask, g.reshape(low, [steps]), g.reshape(high, [steps]),
+                out_shape=[steps], out_dtype=dtype)
+
+
+@aten("linspace")
+def linspace(g, start, end, steps, dtype=None, *_):
+    return _linspace_values(g, start, end, steps, g.out_dtype())
+
+
+@aten("logspace")
+def logspace(g, start, end, steps, base=10.0, dtype=None, *_):
+    d = g.out_dtype()
+    exps = _linspace_values(g, start, end, steps, d)
+    return g.binary("pow", g.scalar(float(base), d), exps, d)

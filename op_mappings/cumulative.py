@@ -160,3 +160,51 @@ def cumulative_trapezoid(g, y, x=None, dx=None, dim=-1):
     if terms is None:
         return y
     return g.op("tract_core_cumsum", terms, axis=axis, exclusive=False, reverse=False)
+
+
+def _gradient_axis(g, x, axis, h, edge_order):
+    """Second-order central differences inside, first/second-order one-sided at the edges."""
+    n = x.shape[axis]
+    d = x.dtype
+    if not isinstance(n, int) or n < edge_order + 1:
+        raise g.error(f"gradient needs at least {edge_order + 1} points along dim {axis}")
+    inner = g.binary("div", g.binary("sub", g.slice(x, axis, 2, n), g.slice(x, axis, 0, n - 2),
+                                     d), 2.0 * h, d)
+
+    def at(i):
+        return g.slice(x, axis, i, i + 1)
+
+    if edge_order == 1:
+        first = g.binary("div", g.binary("sub", at(1), at(0), d), float(h), d)
+        last = g.binary("div", g.binary("sub", at(n - 1), at(n - 2), d), float(h), d)
+    else:
+        first = g.binary("div", g.binary("sub", g.binary("sub", g.binary("mul", at(1), 4.0, d),
+                                                         g.binary("mul", at(0), 3.0, d), d),
+                                         at(2), d), 2.0 * h, d)
+        last = g.binary("div", g.binary("add", g.binary("sub", g.binary(
+            "mul", at(n - 1), 3.0, d), g.binary("mul", at(n - 2), 4.0, d), d), at(n - 3), d),
+            2.0 * h, d)
+    return g.concat([first, inner, last], axis)
+
+
+@aten("gradient")
+def gradient(g, self, *args):
+    """Overloads (self, spacing, dim, edge_order) and (self, dim, edge_order); scalar
+    spacings only (coordinate tensors are refused)."""
+    if len(args) == 2:
+        spacing, (dim, edge_order) = None, args
+    else:
+        spacing, dim, edge_order = args
+    d = self.dtype if self.dtype.is_floating_point else torch.float32
+    x = g.cast(self, d)
+    dims = list(range(x.rank)) if dim is None else ([dim] if isinstance(dim, int) else dim)
+    dims = [k % x.rank for k in dims]
+    if spacing is None:
+        hs = [1.0] * len(dims)
+    elif isinstance(spacing, (int, float)):
+        hs = [float(spacing)] * len(dims)
+    else:
+        if any(hasattr(s, "rank") for s in spacing):
+            raise g.error("gradient with coordinate tensors as spacing is not supported")
+        hs = [float(s) for s in spacing]
+    return [_gradient_axis(g, x, a, h, edge_order) for a, h in zip(dims, hs)]

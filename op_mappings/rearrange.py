@@ -524,3 +524,30 @@ def fft_fftshift(g, self, dim=None):
 @aten("fft_ifftshift")
 def fft_ifftshift(g, self, dim=None):
     return _shift_all(g, self, dim, -1)
+
+
+@aten("im2col")
+def im2col(g, self, kernel_size, dilation, padding, stride):
+    """``F.unfold``: sliding blocks as columns [N, C*kh*kw, L], with constant-index gathers
+    per spatial axis (one per axis, whatever the size)."""
+    x = self if self.rank == 4 else g.unsqueeze(self, [0])
+    n, c, h, w = x.shape
+    kh, kw = kernel_size
+    dh, dw = dilation
+    ph, pw = padding
+    sh, sw = stride
+    if not all(isinstance(v, int) for v in (c, h, w)):
+        raise g.error("im2col over dynamic channel or spatial axes is not supported")
+    if ph or pw:
+        x = g.op("pad", x, padding=[(0, 0), (0, 0), (ph, ph), (pw, pw)], border="constant",
+                 value=0.0, out_shape=[n, c, h + 2 * ph, w + 2 * pw])
+    hp, wp = h + 2 * ph, w + 2 * pw
+    oh = (hp - dh * (kh - 1) - 1) // sh + 1
+    ow = (wp - dw * (kw - 1) - 1) // sw + 1
+    ih = np.arange(kh)[:, None] * dh + np.arange(oh)[None, :] * sh  # [kh, oh]
+    iw = np.arange(kw)[:, None] * dw + np.arange(ow)[None, :] * sw  # [kw, ow]
+    y = _gather_const(g, x, 2, ih)  # [n, c, kh, oh, wp]
+    y = _gather_const(g, y, 4, iw)  # [n, c, kh, oh, kw, ow]
+    y = g.transpose(y, [0, 1, 2, 4, 3, 5])  # [n, c, kh, kw, oh, ow]
+    y = g.reshape(y, [n, c * kh * kw, oh * ow])
+    return y if self.rank == 4 else g.squeeze(y, [0])

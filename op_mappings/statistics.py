@@ -367,3 +367,33 @@ def corrcoef(g, self):
     c = g.binary("div", c, std, d)
     c = g.binary("div", c, g.transpose(std, [1, 0]), d)
     return g.binary("min", g.binary("max", c, -1.0, d), 1.0, d)
+
+
+@aten("histc")
+def histc(g, self, bins=100, min=0, max=0):
+    """Counts per bin with PyTorch's bin formula ((x - lo) * bins / (hi - lo), truncated;
+    x == hi lands in the last bin; values outside [lo, hi] are ignored). With min == max
+    the range is the data's own (widened by 1 each side when it is a single value)."""
+    d = self.dtype
+    x = g.reshape(self, [-1]) if self.rank != 1 else self
+    if x.rank == 1 and self.rank == 0:
+        x = g.reshape(self, [1])
+    if min == max:
+        lo = g.reduce("min_reduce", x, [0], keepdim=False)
+        hi = g.reduce("max_reduce", x, [0], keepdim=False)
+        same = g.binary("eq", lo, hi, d, out_dtype=torch.bool)
+        lo = select(g, same, g.binary("sub", lo, 1.0, d), lo)
+        hi = select(g, same, g.binary("add", hi, 1.0, d), hi)
+    else:
+        lo, hi = g.scalar(float(min), d), g.scalar(float(max), d)
+    pos = g.binary("div", g.binary("mul", g.binary("sub", x, lo, d), float(bins), d),
+                   g.binary("sub", hi, lo, d), d)
+    idx = g.cast(pos, torch.int64)  # truncation toward zero, as the C++ cast
+    idx = select(g, g.binary("eq", idx, bins, torch.int64, out_dtype=torch.bool),
+                 bins - 1, idx, torch.int64)
+    inside = g.binary("and", g.binary("ge", x, lo, d, out_dtype=torch.bool),
+                      g.binary("le", x, hi, d, out_dtype=torch.bool), torch.bool)
+    idx = select(g, inside, idx, -1, torch.int64)
+    onehot = g.binary("eq", g.unsqueeze(idx, [1]), g.const(torch.arange(bins).reshape(1, bins)),
+                      torch.int64, out_dtype=torch.bool)
+    return g.reduce("sum_reduce", g.cast(onehot, d), [0], keepdim=False)
