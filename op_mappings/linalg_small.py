@@ -714,3 +714,86 @@ def linalg_qr(g, A, mode="reduced"):
 @aten("qr")
 def qr(g, self, some=True):
     return _qr(g, self, "reduced" if some else "complete")
+
+
+# ---------------------------------------------------------------------------- tensor inverse/solve
+def _static_shape(g, x, what):
+    if not all(isinstance(d, int) for d in x.shape):
+        raise g.error(f"{what}: the shape must be static (got {list(x.shape)})")
+    return list(x.shape)
+
+
+@aten("linalg_tensorinv")
+def linalg_tensorinv(g, self, ind=2):
+    shape = _static_shape(g, self, "self")
+    if ind <= 0:
+        raise g.error(f"ind: expected a positive integer, got {ind}")
+    n = math.prod(shape[:ind])
+    if math.prod(shape[ind:]) != n:
+        raise g.error(f"self: prod(shape[:ind]) != prod(shape[ind:]) for shape {shape}")
+    if n == 0:
+        return _fill(g, 0)
+    a = g.reshape(self, [n, n])
+    _check(g, a, "self (as an n x n matrix)", square=True)
+    return g.reshape(_inv(g, a)[0], shape[ind:] + shape[:ind])
+
+
+@aten("linalg_tensorsolve")
+def linalg_tensorsolve(g, self, other, dims=None):
+    shape = _static_shape(g, self, "self")
+    bshape = _static_shape(g, other, "other")
+    a = self
+    if dims:
+        dims = [d % self.rank for d in dims]
+        perm = [d for d in range(self.rank) if d not in dims] + dims
+        a = g.transpose(a, perm)
+        shape = [shape[p] for p in perm]
+    rshape = shape[other.rank:]
+    n, nb = math.prod(rshape), math.prod(bshape)
+    if n != nb:
+        raise g.error(f"self: prod(result shape {rshape}) != prod(other.shape {bshape})")
+    if n == 0:
+        return _fill(g, 0)
+    a = g.reshape(a, [nb, n])
+    _check(g, a, "self (as an n x n matrix)", square=True)
+    x, _, _ = _solve(g, a, g.reshape(other, [nb, 1]))
+    return g.cast(g.reshape(x, rshape), g.out_dtype(0))
+
+
+# ---------------------------------------------------------------------------- matrix exponential
+TAYLOR_ORDER = 18  # on a matrix of 1-norm <= 1: truncation error < 1/19! ~ 1e-17
+MAX_SQUARINGS = 64  # 1-norms up to 2^64; beyond, the result is NaN (never a wrong number)
+
+
+@aten("linalg_matrix_exp", "matrix_exp")
+def linalg_matrix_exp(g, self):
+    """float64 only. Scaling and squaring: ``s = ceil(log2(|A|_1))`` chosen at run time,
+    a Taylor polynomial of order 18 of ``A / 2^s``, then ``s`` squarings, each applied
+    through ``select(k < s, ...)`` so that the graph stays static."""
+    n, _ = _check(g, self, "self", square=True)
+    if self.dtype != torch.float64:
+        raise g.error(f"self: {self.dtype} is not supported, only float64: PyTorch's "
+                      "reduced-precision result carries rounding errors of about "
+                      "eps * |exp(A)| that another evaluation order does not reproduce on the "
+                      "small entries (export the model in float64)")
+    if _empty(self.shape):
+        return _fill(g, 0)
+    a = _work(g, self)
+    r = a.rank - 2
+    colsum = g.reduce("sum_reduce", g.unary("abs", a), [r], keepdim=True)
+    norm = g.reduce("max_reduce", colsum, [r + 1], keepdim=True)  # [..., 1, 1]
+    tiny = g.scalar(2.0 ** -60, WORK)
+    s = g.unary("ceil", g.binary("div", g.unary("log", g.binary("max", norm, tiny, WORK)),
+                                 g.scalar(math.log(2.0), WORK), WORK))
+    s = g.binary("max", g.binary("min", s, g.scalar(float(MAX_SQUARINGS), WORK), WORK),
+                 g.scalar(0.0, WORK), WORK)
+    x = _mul(g, a, g.binary("pow", g.scalar(2.0, WORK), g.unary("neg", s), WORK))
+    eye = _eye(g, n, n)
+    p = g.binary("add", eye, _mul(g, x, 1.0 / TAYLOR_ORDER), WORK)
+    for k in range(TAYLOR_ORDER - 1, 0, -1):
+        p = g.binary("add", eye, _mul(g, matmul_nd(g, x, p), 1.0 / k), WORK)
+    for k in range(MAX_SQUARINGS):
+        p = select(g, _bool(g, "lt", g.scalar(float(k), WORK), s), matmul_nd(g, p, p), p)
+    too_big = _bool(g, "gt", norm, g.scalar(2.0 ** MAX_SQUARINGS, WORK))
+    p = select(g, too_big, g.scalar(float("nan"), WORK), p)
+    return g.cast(p, self.dtype)
