@@ -203,3 +203,75 @@ def nanmedian(g, self, dim=None, keepdim=False):
     if not keepdim:
         v, i = g.squeeze(v, [axis]), g.squeeze(i, [axis])
     return v, i
+
+
+@aten("nanquantile")
+def nanquantile(g, self, q, dim=None, keepdim=False, interpolation="linear"):
+    """quantile of the non-NaN values: NaNs sort last (as +inf) and each slice's rank is
+    q * (count - 1), computed at run time and read with a gather (PyTorch's formula)."""
+    out = _nanquantile(g, self, q, dim, keepdim, interpolation)
+    traced = g.out_shape() if g.node is not None else None
+    if traced is not None and all(isinstance(d, int) for d in traced):
+        out = g.reshape(out, list(traced))
+    return out
+
+
+def _nanquantile(g, self, q, dim, keepdim, interpolation):
+    x = self
+    if not x.dtype.is_floating_point:
+        return _quantile(g, self, q, dim, keepdim, interpolation)
+    if x.rank == 0:
+        x = g.reshape(x, [1])
+        dim = 0 if dim is not None else None
+    if dim is None:
+        n = int(np.prod([_static_axis(g, x, a, "nanquantile") for a in range(x.rank)]))
+        x = g.reshape(x, [n])
+        axis = 0
+    else:
+        axis = dim % x.rank
+        n = _static_axis(g, x, axis, "nanquantile")
+    if n == 0:
+        raise g.error("nanquantile of an empty axis")
+    if hasattr(q, "rank"):
+        if not q.is_const:
+            raise g.error("q given as a runtime tensor")
+        qs, q_scalar = q.value.reshape(-1).tolist(), q.rank == 0
+    else:
+        qs, q_scalar = [float(q)], True
+    d = x.dtype
+    nan = is_nan(g, x)
+    sorted_v, _ = _topk(g, select(g, nan, float("inf"), x, d), n, axis, False)
+    count = g.reduce("sum_reduce", g.cast(g.unary("not", nan), d), [axis], keepdim=True)
+    shape = list(sorted_v.shape)
+    shape[axis] = 1
+
+    def take(ranks):
+        idx = g.cast(ranks, torch.int64)
+        return g.op("tract_core_gather_elements", sorted_v, idx, axis=axis, out_shape=shape,
+                    out_dtype=d)
+
+    outs = []
+    for qq in qs:
+        ranks = g.binary("mul", g.binary("sub", count, 1.0, d), float(qq), d)
+        ranks = g.binary("max", ranks, 0.0, d)
+        if interpolation == "lower":
+            ranks = g.unary("floor", ranks)
+        elif interpolation == "higher":
+            ranks = g.unary("ceil", ranks)
+        elif interpolation == "nearest":
+            ranks = g.unary("tract_core_round_even", ranks)
+        below = take(ranks)
+        if interpolation in ("linear", "midpoint"):
+            w = g.binary("sub", ranks, g.unary("floor", ranks), d) if interpolation == \
+                "linear" else g.scalar(0.5, d)
+            above = take(g.unary("ceil", ranks))
+            below = g.binary("add", below, g.binary("mul", g.binary("sub", above, below, d), w,
+                                                    d), d)
+        empty = g.binary("eq", count, 0.0, d, out_dtype=torch.bool)
+        outs.append(select(g, empty, float("nan"), below, d))
+    out = outs[0] if q_scalar else g.concat([g.unsqueeze(r, [0]) for r in outs], 0)
+    lead = 0 if q_scalar else 1
+    if dim is None:
+        shape = ([] if q_scalar else [len(qs)]) + ([1] * self.rank if keepdim else [])
+        return g.reshape(out, shape)
+    return out if keepdim else g.squeeze(out, [axis + lead])

@@ -89,3 +89,33 @@ def nonzero_numpy(g, self):
     if self.rank == 0:
         raise g.error("nonzero of a 0-dim tensor is not supported")
     return _runtime_mask_positions(g, 0, _nonzero_mask(g, self))
+
+
+@aten("masked_scatter")
+def masked_scatter(g, self, mask, source):
+    """The k-th true position of ``mask`` takes ``source.flatten()[k]``: its rank among the
+    true positions is an exclusive cumsum, then one gather and one select."""
+    from op_mappings.gather import flatten_all
+    from t2n.builder import broadcast_shapes
+
+    shape = list(broadcast_shapes(self.shape, mask.shape))
+    if any(not isinstance(d, int) for d in shape):
+        raise g.error("masked_scatter over a dynamic axis is not supported")
+    n = 1
+    for d in shape:
+        n *= d
+    x = g.broadcast_to(self, shape)
+    m = g.broadcast_to(g.cast(mask, torch.bool), shape)
+    if n == 0:
+        return x
+    fm = flatten_all(g, m)
+    rank = g.op("tract_core_cumsum", g.cast(fm, torch.int64), axis=0, exclusive=True,
+                reverse=False, out_shape=[n], out_dtype=torch.int64)
+    src = flatten_all(g, g.cast(source, self.dtype))
+    m_src = src.shape[0]
+    if isinstance(m_src, int) and m_src == 0:
+        return x
+    rank = g.binary("min", rank, g.scalar(m_src - 1, torch.int64), torch.int64)
+    picked = g.gather(src, rank, 0)
+    out = g.op("select", fm, picked, flatten_all(g, x), out_shape=[n], out_dtype=self.dtype)
+    return g.reshape(out, shape)
