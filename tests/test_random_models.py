@@ -8,8 +8,9 @@ then exports the model and compares tract with PyTorch. Each step is evaluated i
 it is drawn, so every generated model is valid PyTorch; only kinds whose aten ops t2n
 registers are offered.
 
-Budget: ``T2N_RANDOM_MODELS`` examples (default 25), derandomised, so CI runs the same
-models every time. Raise the budget locally to hunt: ``T2N_RANDOM_MODELS=500 pytest ...``.
+Budget: ``T2N_RANDOM_MODELS`` examples (default 100, about 5 s: tract runs in one
+persistent worker process), derandomised, so CI runs the same models every time. Hunt
+locally with more and other models: ``T2N_RANDOM_MODELS=2000 T2N_RANDOM_SEED=7 pytest ...``.
 """
 
 import os
@@ -17,14 +18,15 @@ import tempfile
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import t2n
 from t2n.check import compare
 from t2n.tract_runner import TractRunError, TractWorker
 
-BUDGET = int(os.environ.get("T2N_RANDOM_MODELS", "25"))
+BUDGET = int(os.environ.get("T2N_RANDOM_MODELS", "100"))
+HUNT_SEED = os.environ.get("T2N_RANDOM_SEED")  # set to explore other models than CI's
 
 
 # ---------------------------------------------------------------------------- steps
@@ -35,10 +37,11 @@ def _dims(draw, rank, what="dim"):
     return draw(st.integers(-rank, rank - 1), label=what) if rank else None
 
 
+# Only ops continuous in their input: floor/ceil/round would turn a last-bit difference
+# (softmax -> cumsum giving 0.99999994 instead of 1.0) into a difference of 1.
 UNARY = {
     "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "neg": torch.neg,
-    "abs": torch.abs, "sin": torch.sin, "cos": torch.cos, "floor": torch.floor,
-    "ceil": torch.ceil, "erf": torch.erf, "exp": lambda v: torch.exp(torch.tanh(v)),
+    "abs": torch.abs, "sin": torch.sin, "cos": torch.cos, "erf": torch.erf, "exp": lambda v: torch.exp(torch.tanh(v)),
     "square": torch.square, "gelu": torch.nn.functional.gelu,
     "log1p": lambda v: torch.log1p(torch.abs(v)), "sqrt": lambda v: torch.sqrt(torch.abs(v)),
     "reciprocal": lambda v: torch.reciprocal(torch.abs(v) + 1),
@@ -228,9 +231,10 @@ def test_random_models_export_and_match(worker):
     supported = set(t2n.supported_ops())
     stats = {"models": 0, "ops": 0, "failures": []}
 
-    @settings(max_examples=BUDGET, derandomize=True, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck), print_blob=True)
+    @settings(max_examples=BUDGET, derandomize=HUNT_SEED is None, deadline=None,
+              database=None, suppress_health_check=list(HealthCheck), print_blob=True)
     @given(random_models(supported))
+    @seed(int(HUNT_SEED or 0))
     def check(case):
         model, args, text = case
         with tempfile.TemporaryDirectory() as d:
