@@ -86,16 +86,24 @@ _K1_B = [-5.75674448366501715755E-18, 1.79405087314755922667E-17, -5.68946255844
 
 
 # --------------------------------------------------------------------------- I0, I1
+def _i0e_small(ax: E) -> E:
+    return chbevl(ax * 0.5 - 2.0, _I0_A)
+
+
+def _i1e_small(ax: E) -> E:
+    return chbevl(ax * 0.5 - 2.0, _I1_A) * ax
+
+
 def i0e_abs(ax: E) -> E:
     """exp(-|x|) I0(|x|) for ax = |x|."""
-    small = chbevl(ax * 0.5 - 2.0, _I0_A)
+    small = _i0e_small(ax)
     big = chbevl(32.0 / ax - 2.0, _I0_B) / ax.sqrt()
     return where(ax.g, ax.le(8.0), small, big)
 
 
 def i1e_abs(ax: E) -> E:
     """exp(-|x|) I1(|x|) for ax = |x|."""
-    small = chbevl(ax * 0.5 - 2.0, _I1_A) * ax
+    small = _i1e_small(ax)
     big = chbevl(32.0 / ax - 2.0, _I1_B) / ax.sqrt()
     return where(ax.g, ax.le(8.0), small, big)
 
@@ -156,7 +164,7 @@ def _k_domain(g, x: E, r: E) -> E:
 def k0e_of(x: E) -> E:
     """exp(x) K0(x) (x > 0)."""
     g = x.g
-    small = (chbevl(x * x - 2.0, _K0_A) - (x * 0.5).log() * i0_of(x)) * x.exp()
+    small = chbevl(x * x - 2.0, _K0_A) * x.exp() - (x * 0.5).log() * _i0e_small(x) * (x * 2.0).exp()
     big = chbevl(8.0 / x - 2.0, _K0_B) / x.sqrt()
     return where(g, x.le(2.0), small, big)
 
@@ -164,7 +172,7 @@ def k0e_of(x: E) -> E:
 def k1e_of(x: E) -> E:
     """exp(x) K1(x) (x > 0)."""
     g = x.g
-    small = ((x * 0.5).log() * i1_of(x) + chbevl(x * x - 2.0, _K1_A) / x) * x.exp()
+    small = (x * 0.5).log() * _i1e_small(x) * (x * 2.0).exp() + chbevl(x * x - 2.0, _K1_A) / x * x.exp()
     big = chbevl(8.0 / x - 2.0, _K1_B) / x.sqrt()
     return where(g, x.le(2.0), small, big)
 
@@ -172,7 +180,7 @@ def k1e_of(x: E) -> E:
 @aten("special_modified_bessel_k0")
 def special_modified_bessel_k0(g, self):
     x = float_in(g, self)
-    small = chbevl(x * x - 2.0, _K0_A) - (x * 0.5).log() * i0_of(x)
+    small = chbevl(x * x - 2.0, _K0_A) - (x * 0.5).log() * _i0e_small(x) * x.exp()
     big = chbevl(8.0 / x - 2.0, _K0_B) / x.sqrt() * (-x).exp()
     return out(g, _k_domain(g, x, where(g, x.le(2.0), small, big)))
 
@@ -180,7 +188,7 @@ def special_modified_bessel_k0(g, self):
 @aten("special_modified_bessel_k1")
 def special_modified_bessel_k1(g, self):
     x = float_in(g, self)
-    small = (x * 0.5).log() * i1_of(x) + chbevl(x * x - 2.0, _K1_A) / x
+    small = (x * 0.5).log() * _i1e_small(x) * x.exp() + chbevl(x * x - 2.0, _K1_A) / x
     big = chbevl(8.0 / x - 2.0, _K1_B) / x.sqrt() * (-x).exp()
     return out(g, _k_domain(g, x, where(g, x.le(2.0), small, big)))
 
@@ -260,24 +268,28 @@ def _asymptotic(ax: E, pp, pq, qp, qq, phase, second_sin: bool):
     return v * _SQ2OPI / ax.sqrt()
 
 
-def j0_of(x: E) -> E:
-    g = x.g
-    ax = x.abs()
+def _j0_small(ax: E) -> E:
     z = ax * ax
     small = (z - 5.78318596294678452118E0) * (z - 3.04712623436620863991E1) * \
         polevl(z, _J0_RP) / polevl(z, _J0_RQ)
-    small = where(g, ax.lt(1e-5), 1.0 - z / 4.0, small)
+    return where(ax.g, ax.lt(1e-5), 1.0 - z / 4.0, small)
+
+
+def _j1_small(ax: E) -> E:
+    z = ax * ax
+    return polevl(z, _J1_RP) / polevl(z, _J1_RQ) * ax * (z - 1.46819706421238932572E1) * \
+        (z - 4.92184563216946036703E1)
+
+
+def j0_of(x: E) -> E:
+    ax = x.abs()
     big = _asymptotic(ax, _J0_PP, _J0_PQ, _J0_QP, _J0_QQ, math.pi / 4, True)
-    return where(g, ax.le(5.0), small, big)
+    return where(x.g, ax.le(5.0), _j0_small(ax), big)
 
 
 def j1_abs(ax: E) -> E:
-    g = ax.g
-    z = ax * ax
-    small = polevl(z, _J1_RP) / polevl(z, _J1_RQ) * ax * (z - 1.46819706421238932572E1) * \
-        (z - 4.92184563216946036703E1)
     big = _asymptotic(ax, _J1_PP, _J1_PQ, _J1_QP, _J1_QQ, 3 * math.pi / 4, True)
-    return where(g, ax.le(5.0), small, big)
+    return where(ax.g, ax.le(5.0), _j1_small(ax), big)
 
 
 def _y_domain(g, x: E, r: E) -> E:
@@ -300,7 +312,7 @@ def special_bessel_j1(g, self):
 def special_bessel_y0(g, self):
     x = float_in(g, self)
     z = x * x
-    small = polevl(z, _Y0_YP) / polevl(z, _Y0_YQ) + x.log() * j0_of(x) * _TWOOPI
+    small = polevl(z, _Y0_YP) / polevl(z, _Y0_YQ) + x.log() * _j0_small(x) * _TWOOPI
     big = _asymptotic(x, _J0_PP, _J0_PQ, _J0_QP, _J0_QQ, math.pi / 4, False)
     return out(g, _y_domain(g, x, where(g, x.le(5.0), small, big)))
 
@@ -310,7 +322,7 @@ def special_bessel_y1(g, self):
     x = float_in(g, self)
     z = x * x
     small = x * (polevl(z, _Y1_YP) / polevl(z, _Y1_YQ)) + \
-        (j1_abs(x) * x.log() - 1.0 / x) * _TWOOPI
+        (_j1_small(x) * x.log() - 1.0 / x) * _TWOOPI
     big = _asymptotic(x, _J1_PP, _J1_PQ, _J1_QP, _J1_QQ, 3 * math.pi / 4, False)
     return out(g, _y_domain(g, x, where(g, x.le(5.0), small, big)))
 
