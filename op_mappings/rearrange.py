@@ -551,3 +551,51 @@ def im2col(g, self, kernel_size, dilation, padding, stride):
     y = g.transpose(y, [0, 1, 2, 4, 3, 5])  # [n, c, kh, kw, oh, ow]
     y = g.reshape(y, [n, c * kh * kw, oh * ow])
     return y if self.rank == 4 else g.squeeze(y, [0])
+
+
+def _contiguous_strides(shape):
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return list(reversed(strides))
+
+
+def _as_strided_index(g, self, size, stride, storage_offset):
+    """Flat positions read by ``as_strided`` when ``self`` is laid out contiguously."""
+    shape = self.static_shape()
+    if shape is None:
+        raise g.error("as_strided on a dynamic shape is not supported")
+    traced = g.node.in_strides[0] if g.node is not None and g.node.in_strides else None
+    if traced is None or list(traced) != _contiguous_strides(shape):
+        raise g.error("as_strided on a tensor that is not contiguous in memory (its strides "
+                      "depend on PyTorch's storage, which the export does not keep)")
+    if storage_offset not in (None, 0):
+        raise g.error("as_strided with a storage offset (relative to a storage the export "
+                      "does not keep)")
+    idx = np.zeros(list(size), dtype=np.int64)
+    for axis, (n, st) in enumerate(zip(size, stride)):
+        view = [1] * len(size)
+        view[axis] = n
+        idx = idx + (np.arange(n) * st).reshape(view)
+    numel = int(np.prod(shape)) if shape else 1
+    if idx.size and (idx.max() >= numel or idx.min() < 0):
+        raise g.error("as_strided reads outside the tensor")
+    return idx, numel
+
+
+@aten("as_strided", "as_strided_copy")
+def as_strided(g, self, size, stride, storage_offset=None):
+    idx, numel = _as_strided_index(g, self, list(size), list(stride), storage_offset)
+    flat = g.reshape(self, [numel])
+    return _gather_const(g, flat, 0, idx)
+
+
+@aten("as_strided_scatter")
+def as_strided_scatter(g, self, src, size, stride, storage_offset=None):
+    idx, numel = _as_strided_index(g, self, list(size), list(stride), storage_offset)
+    flat = g.reshape(self, [numel])
+    positions = g.const(torch.from_numpy(idx.reshape(-1, 1)))
+    updates = g.reshape(g.cast(src, self.dtype), [int(idx.size)])
+    out = g.op("tract_core_scatter_nd", flat, positions, updates, out_shape=[numel])
+    return g.reshape(out, list(self.shape))

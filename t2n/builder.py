@@ -216,6 +216,7 @@ class NodeContext:
     out_dtypes: list = field(default_factory=list)
     out_shapes: list = field(default_factory=list)
     where: str | None = None
+    in_strides: list = field(default_factory=list)  # traced strides of tensor inputs (or None)
 
 
 class Graph:

@@ -297,7 +297,8 @@ class Walker:
         args = self._resolve_args(schema, node, inputs)
         self.g.node = NodeContext(op=f"aten::{name}",
                                   out_dtypes=[_ts_dtype(o) for o in outs],
-                                  out_shapes=shapes, where=where)
+                                  out_shapes=shapes, where=where,
+                                  in_strides=[_ts_strides(v) for v in node.inputs()])
         try:
             if registry.is_inplace(name):
                 return self._inplace(node, name, fn, args)
@@ -635,6 +636,16 @@ def _ts_dtype(v):
     t = v.type()
     if t.kind() == "TensorType":
         return t.dtype()
+    return None
+
+
+def _ts_strides(v):
+    t = v.type()
+    if t.kind() == "TensorType":
+        try:
+            return t.strides()
+        except RuntimeError:
+            return None
     return None
 
 
