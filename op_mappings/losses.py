@@ -288,3 +288,55 @@ def triplet_margin_loss(g, anchor, positive, negative, margin=1.0, p=2.0, eps=1e
     loss = g.binary("max", g.binary("add", g.binary("sub", d_ap, d_an, d), float(margin), d),
                     0.0, d)
     return _reduce(g, loss, reduction)
+
+
+@aten("multilabel_margin_loss")
+def multilabel_margin_loss(g, self, target, reduction=1):
+    """Targets list class ids up to the first -1; every (target j, non-target i) pair adds
+    max(0, 1 - (x[y_j] - x[i])) / C. Pairs come from [C, C] comparisons per sample."""
+    d = g.out_dtype()
+    x = g.cast(self, d)
+    squeeze = x.rank <= 1
+    if x.rank == 0:
+        x, target = g.reshape(x, [1, 1]), g.reshape(target, [1, 1])
+    elif x.rank == 1:
+        x, target = g.unsqueeze(x, [0]), g.unsqueeze(target, [0])
+    n_cls = x.shape[1]
+    t = g.cast(target, torch.int64)
+    # valid target slots: before the first -1
+    not_end = g.cast(g.binary("ne", t, -1, torch.int64, out_dtype=torch.bool), torch.int64)
+    valid = g.binary("eq", g.reduce("tract_core_product_reduce", _prefix_window(g, not_end),
+                                    [2], keepdim=False), 1, torch.int64, out_dtype=torch.bool)
+    safe_t = select(g, valid, t, 0, torch.int64)
+    cls = g.const(torch.arange(n_cls).reshape(1, 1, n_cls))
+    # is_target[b, i]: some valid slot j holds class i
+    slot_is = g.binary("and", g.unsqueeze(valid, [2]),
+                       g.binary("eq", g.unsqueeze(safe_t, [2]), cls, torch.int64,
+                                out_dtype=torch.bool), torch.bool)  # [B, J, C]
+    is_target = g.reduce("any_reduce", slot_is, [1], keepdim=False)  # [B, C]
+    x_t = _pick_many(g, x, safe_t)  # [B, J]
+    margin = g.binary("sub", g.scalar(1.0, d), g.binary("sub", g.unsqueeze(x_t, [2]),
+                                                        g.unsqueeze(x, [1]), d), d)  # [B,J,C]
+    margin = g.binary("max", margin, 0.0, d)
+    keep = g.binary("and", g.unsqueeze(valid, [2]), g.unsqueeze(g.unary("not", is_target), [1]),
+                    torch.bool)
+    loss = g.reduce("sum_reduce", select(g, keep, margin, 0.0, d), [1, 2], keepdim=False)
+    loss = g.binary("div", loss, float(n_cls), d)
+    if squeeze and reduction == 0:
+        loss = g.squeeze(loss, [0])
+    return _reduce(g, loss, reduction)
+
+
+def _prefix_window(g, v):
+    """[B, J] -> [B, J, J] with v[b, k] for k <= j and 1 elsewhere (a prefix product)."""
+    j = v.shape[1]
+    a = g.broadcast_to(g.unsqueeze(v, [1]), [v.shape[0], j, j])
+    mask = g.const(torch.tril(torch.ones(j, j, dtype=torch.bool)).reshape(1, j, j))
+    return g.op("select", mask, a, g.broadcast_to(g.scalar(1, v.dtype), [v.shape[0], j, j]),
+                out_shape=[v.shape[0], j, j], out_dtype=v.dtype)
+
+
+def _pick_many(g, x, idx):
+    """x[b, idx[b, j]] for every j: gather_elements along the class axis."""
+    return g.op("tract_core_gather_elements", x, idx, axis=1, out_shape=list(idx.shape),
+                out_dtype=x.dtype)

@@ -275,3 +275,37 @@ def _nanquantile(g, self, q, dim, keepdim, interpolation):
         shape = ([] if q_scalar else [len(qs)]) + ([1] * self.rank if keepdim else [])
         return g.reshape(out, shape)
     return out if keepdim else g.squeeze(out, [axis + lead])
+
+
+@aten("mode")
+def mode(g, self, dim=-1, keepdim=False):
+    """Most frequent value along ``dim`` (the smallest on ties) and its last position: counts
+    from an [n, n] equality table (memory n^2 per slice, op count constant)."""
+    if self.rank == 0:
+        return self, g.scalar(0, torch.int64)
+    axis = dim % self.rank
+    n = _static_axis(g, self, axis, "mode")
+    if n == 0:
+        raise g.error("mode of an empty axis")
+    d = self.dtype
+    x = g.cast(self, torch.uint8) if d == torch.bool else self
+    a = g.unsqueeze(x, [axis + 1])  # [.., n, 1, ..]
+    b = g.unsqueeze(x, [axis])  # [.., 1, n, ..]
+    eq = g.binary("eq", a, b, x.dtype, out_dtype=torch.bool)
+    count = g.reduce("sum_reduce", g.cast(eq, torch.int64), [axis + 1], keepdim=False)
+    best = g.reduce("max_reduce", count, [axis], keepdim=True)
+    is_best = g.binary("eq", count, best, torch.int64, out_dtype=torch.bool)
+    if x.dtype.is_floating_point:
+        big = float("inf")
+    else:
+        big = torch.iinfo(x.dtype).max
+    value = g.reduce("min_reduce", select(g, is_best, x, big, x.dtype), [axis], keepdim=True)
+    pos_shape = [1] * x.rank
+    pos_shape[axis] = n
+    pos = g.const(torch.arange(n, dtype=torch.int64).reshape(pos_shape))
+    hit = g.binary("eq", x, value, x.dtype, out_dtype=torch.bool)
+    index = g.reduce("max_reduce", select(g, hit, pos, -1, torch.int64), [axis], keepdim=True)
+    value = g.cast(value, d)
+    if not keepdim:
+        value, index = g.squeeze(value, [axis]), g.squeeze(index, [axis])
+    return value, index
