@@ -95,6 +95,7 @@ class SymbolicShapes:
     def __init__(self, hints: dict):
         self.hints: dict = {s: int(h) for s, h in hints.items()}
         self.unknown: set[str] = set()  # ops whose symbolic shapes PyTorch could not compute
+        self._cache: dict = {}  # transformer layers repeat the same node signatures
 
     def _fresh(self):
         from torch._dynamo.source import ConstantSource
@@ -178,6 +179,18 @@ class SymbolicShapes:
 
         from .errors import ConversionError
 
+        key = (str(schema), _key(inputs))
+        if key in self._cache:
+            return self._cache[key]
+        out = self._compute(schema, inputs, op_name)
+        self._cache[key] = out
+        return out
+
+    def _compute(self, schema, inputs: list, op_name: str):
+        import torch
+
+        from .errors import ConversionError
+
         op = getattr(torch.ops.aten, schema.name.split("::", 1)[1])
         op = getattr(op, schema.overload_name or "default")
         self._fresh()
@@ -215,6 +228,25 @@ class SymbolicShapes:
             else:
                 out.append(None)
         return out
+
+
+def _key(x):
+    """A hashable summary of a node's inputs that determines its output shapes."""
+    import torch
+
+    from .builder import Tensor
+
+    if isinstance(x, Tensor):
+        return ("T", x.shape, x.dtype, id(x.value) if x.is_const else None)
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__,) + tuple(_key(v) for v in x)
+    if isinstance(x, torch.Tensor):
+        return ("C", id(x))
+    try:
+        hash(x)
+        return x
+    except TypeError:
+        return ("?", id(x))
 
 
 def _floor_to_floordiv(expr):
