@@ -203,13 +203,13 @@ def _info_out(g, info, batch):
 def _lu_factor(g, A, pivot):
     if not pivot:
         raise g.error("pivot: LU without pivoting is not supported (PyTorch has it on CUDA only)")
-    m, n = _check(g, A, "A")
+    _check(g, A, "A")
     return _getrf(g, _work(g, A))
 
 
 @aten("linalg_lu_factor")
 def linalg_lu_factor(g, A, pivot=True):
-    m, n = _check(g, A, "A")
+    _check(g, A, "A")
     if _empty(A.shape):
         return _fill(g, 0), _fill(g, 1, 1)
     lu, piv, _ = _lu_factor(g, A, pivot)
@@ -220,7 +220,7 @@ def linalg_lu_factor(g, A, pivot=True):
 def linalg_lu_factor_ex(g, A, pivot=True, check_errors=False):
     """``check_errors`` raises in PyTorch on a singular input: the exported graph returns
     the factorisation and ``info`` instead (it cannot raise)."""
-    m, n = _check(g, A, "A")
+    _check(g, A, "A")
     if _empty(A.shape):
         return _fill(g, 0), _fill(g, 1, 1), _fill(g, 2)
     lu, piv, info = _lu_factor(g, A, pivot)
@@ -294,7 +294,7 @@ def _squeeze2(g, x):
 
 @aten("linalg_det", "det", "_linalg_det")
 def linalg_det(g, A):
-    n, _ = _check(g, A, "A", square=True)
+    _check(g, A, "A", square=True)
     if _empty(A.shape):
         return _fill(g, 0, 1.0)
     diag, sign = _diag_and_sign(g, A)
@@ -316,7 +316,7 @@ def _slogdet(g, A):
 
 @aten("linalg_slogdet", "slogdet")
 def linalg_slogdet(g, A):
-    n, _ = _check(g, A, "A", square=True)
+    _check(g, A, "A", square=True)
     if _empty(A.shape):
         return _fill(g, 0, 1.0), _fill(g, 1, 0.0)
     sign, logabs = _slogdet(g, A)
@@ -326,7 +326,7 @@ def linalg_slogdet(g, A):
 @aten("logdet")
 def logdet(g, self):
     """PyTorch: NaN for a negative determinant, -inf for a singular matrix."""
-    n, _ = _check(g, self, "self", square=True)
+    _check(g, self, "self", square=True)
     if _empty(self.shape):
         return _fill(g, 0, 0.0)
     sign, logabs = _slogdet(g, self)
@@ -373,7 +373,7 @@ def _solve_tri(g, a, b, upper, left, unit):
 
 @aten("linalg_solve_triangular")
 def linalg_solve_triangular(g, self, B, upper, left=True, unitriangular=False):
-    n, _ = _check(g, self, "A", square=True)
+    _check(g, self, "A", square=True)
     _check(g, B, "B")
     if _empty(g.out_shape(0)):
         return _fill(g, 0)
@@ -384,15 +384,17 @@ def linalg_solve_triangular(g, self, B, upper, left=True, unitriangular=False):
 @aten("triangular_solve")
 def triangular_solve(g, self, A, upper=True, transpose=False, unitriangular=False):
     """``A @ X = self`` (or ``A^T @ X = self``); returns (X, a copy of A)."""
-    n, _ = _check(g, A, "A", square=True)
+    _check(g, A, "A", square=True)
     _check(g, self, "self")
+    batch = list(broadcast_shapes(A.shape[:-2], self.shape[:-2]))
+    coefficient = _fill(g, 1) if _empty(g.out_shape(1)) else _batch_bcast(g, A, batch)
     if _empty(g.out_shape(0)):
-        return _fill(g, 0), (A if not _empty(A.shape) else _fill(g, 1))
+        return _fill(g, 0), coefficient
     a = _work(g, A)
     if transpose:
         a, upper = _mT(g, a), not upper
     x = _solve_tri(g, a, _work(g, self), upper, True, unitriangular)
-    return g.cast(x, g.out_dtype(0)), A
+    return g.cast(x, g.out_dtype(0)), coefficient
 
 
 # ---------------------------------------------------------------------------- LU solves
@@ -452,14 +454,14 @@ def _is_vector_rhs(A, B):
 
 
 def _linalg_solve(g, A, B, left, with_info):
-    n, _ = _check(g, A, "A", square=True)
+    _check(g, A, "A", square=True)
     vector = _is_vector_rhs(A, B)
     if vector:
         B = g.unsqueeze(B, [B.rank])
     _check(g, B, "B")
     if _empty(g.out_shape(0)):
         return _fill(g, 0), (_fill(g, 1) if with_info else None)
-    x, info, batch = _solve(g, A, B, left)
+    x, info, _ = _solve(g, A, B, left)
     if vector:
         x = g.squeeze(x, [x.rank - 1])
     return g.cast(x, g.out_dtype(0)), _info_out(g, info, list(A.shape[:-2]))
@@ -639,7 +641,7 @@ def _taus_in(g, tau, k):
 
 @aten("geqrf")
 def geqrf(g, self):
-    m, n = _check(g, self, "self")
+    _check(g, self, "self")
     if _empty(self.shape):
         return _fill(g, 0), _fill(g, 1)
     a, taus = _geqrf(g, _work(g, self))
