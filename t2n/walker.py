@@ -288,12 +288,11 @@ class Walker:
             sym = self.symbolic.out_shapes(schema, inputs, f"aten::{name}")
             if sym is not None and len(sym) == len(shapes):
                 shapes = [s if s is not None else t for s, t in zip(sym, shapes)]
-            elif f"aten::{name}" not in self.symbolic.unknown:
+            elif sym is None and f"aten::{name}" not in self.symbolic.unknown:
                 self.symbolic.unknown.add(f"aten::{name}")
-                self.g.warnings.append(f"aten::{name}: PyTorch cannot compute its output shape "
-                                       "symbolically (data-dependent); its mapping's shape "
-                                       "is used, with traced sizes for the axes it leaves "
-                                       "static")
+                self.g.warnings.append(f"aten::{name}: PyTorch has no symbolic shape "
+                                       "function for it; t2n's own shape is used (traced "
+                                       "sizes for the axes it leaves static)")
         args = self._resolve_args(schema, node, inputs)
         self.g.node = NodeContext(op=f"aten::{name}",
                                   out_dtypes=[_ts_dtype(o) for o in outs],

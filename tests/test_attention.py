@@ -108,6 +108,15 @@ def test_sdpa_gqa_dynamic():
           more=[(r(1, 4, 11, 8), r(1, 2, 11, 8), r(1, 2, 11, 8))])
 
 
+def test_sdpa_3d_inputs_and_2d_masks():
+    bool_mask = torch.rand(5, 6) > 0.3
+    bool_mask[:, 0] = True
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+          [r(2, 5, 4), r(2, 6, 4), r(2, 6, 3), bool_mask])
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+          [r(2, 2, 5, 4), r(2, 2, 6, 4), r(2, 2, 6, 4), r(5, 6)])
+
+
 def test_sdpa_f64():
     check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
           [r(2, 5, 4, dtype=torch.float64)] * 3)
