@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from .builder import safe_identifier
 from .errors import UsageError
 
 _SYMBOL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -36,6 +37,10 @@ def parse_dynamic_axes(dynamic_axes, input_names: list[str], args) -> dict[int, 
             if not isinstance(sym, str) or not _SYMBOL_RE.match(sym):
                 raise UsageError(f"symbol {sym!r} for axis {axis} of {name!r} must be an "
                                  "identifier (letters, digits, underscore)")
+            if not safe_identifier(sym) or sym in ("min", "max"):
+                raise UsageError(f"symbol {sym!r} for axis {axis} of {name!r} is reserved in "
+                                 "NNEF or read as a literal by tract (it may not start with "
+                                 "'inf', 'true', 'false' or 'nan'); pick another name")
             spec[axis % rank] = sym
         out[i] = spec
     check_consistent_symbols(out, input_names, args)

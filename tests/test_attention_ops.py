@@ -133,5 +133,6 @@ def test_sort_stable_ties(desc):
 
 
 def test_sort_dynamic():
-    check(lambda x: torch.sort(x, dim=1, descending=True), [distinct(2, 8)],
+    check(lambda x: (torch.sort(x, dim=1, descending=True), torch.argsort(x, dim=1)),
+          [distinct(2, 8)],
           {0: {0: "B", 1: "S"}}, more=[(distinct(3, 13),), (distinct(1, 1),)])

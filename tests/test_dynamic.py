@@ -98,8 +98,9 @@ def test_list_spec_names_symbols():
     ({"x": {0: "2B"}}, "identifier"),
     ({"x": {0: "B", 1: "B"}}, "one symbol must name one size"),
     ({"x": {0: "x"}}, "name of an input"),
+    ({"x": {0: "info"}}, "literal"),
 ], ids=["unknown_input", "axis_out_of_range", "bad_symbol", "inconsistent_symbol",
-        "symbol_named_like_input"])
+        "symbol_named_like_input", "symbol_read_as_literal"])
 def test_wrong_specs(spec, msg):
     with pytest.raises(UsageError, match=msg):
         t2n.export(Fn(lambda x: x + 1), (r(2, 3),), "/tmp/t2n_bad.nnef", input_names=["x"],
