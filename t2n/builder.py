@@ -678,9 +678,10 @@ def _ceil_div(n, k):
 
 
 def _is_sym(x) -> bool:
-    import sympy
-
-    return isinstance(x, sympy.Basic) and not x.is_number
+    # looked up, not imported: no sympy value exists before sympy is imported (0.5 s that
+    # every static export would pay)
+    sympy = __import__("sys").modules.get("sympy")
+    return sympy is not None and isinstance(x, sympy.Basic) and not x.is_number
 
 
 def _python_dtype(value) -> torch.dtype:
