@@ -1,7 +1,7 @@
 """Property test: small random models built from supported ops export and match in tract.
 
 Hypothesis draws a chain of 1-6 steps over one or two inputs of random shapes (rank 1-4,
-sizes 1-4): element-wise unary and binary ops (with broadcasting against earlier values or a
+sizes 1-4; float32, or int64/int32 for exact integer chains): element-wise unary and binary ops (with broadcasting against earlier values or a
 weight), shape ops (transpose, permute, reshape, unsqueeze/squeeze, flatten, slicing with
 steps, cat, flip, expand) and reductions (sum, mean, amax, amin, softmax, cumsum, argmax),
 then exports the model and compares tract with PyTorch. Each step is evaluated in torch while
@@ -18,7 +18,7 @@ import tempfile
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, assume, given, seed, settings
 from hypothesis import strategies as st
 
 import t2n
@@ -60,6 +60,20 @@ BINARY_ATEN = {"div": ["div", "abs", "add"], "where": ["where", "gt"],
 
 REDUCE = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax, "amin": torch.amin}
 
+# Integer chains (i64 / i32 inputs in [-5, 5]): exact comparison, typed literals, integer
+# division and remainder semantics. Divisors are |b| + 1, never 0.
+INT_UNARY = {"neg": torch.neg, "abs": torch.abs, "relu": torch.relu}
+INT_BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "maximum": torch.maximum,
+    "minimum": torch.minimum, "where": lambda a, b: torch.where(a > b, a, b),
+    "floor_divide": lambda a, b: torch.floor_divide(a, torch.abs(b) + 1),
+    "remainder": lambda a, b: torch.remainder(a, torch.abs(b) + 1),
+    "div_trunc": lambda a, b: torch.div(a, torch.abs(b) + 1, rounding_mode="trunc"),
+}
+INT_BINARY_ATEN = {"where": ["where", "gt"], "floor_divide": ["floor_divide", "abs", "add"],
+                   "remainder": ["remainder", "abs", "add"], "div_trunc": ["div", "abs", "add"]}
+INT_REDUCE = {"sum": torch.sum, "amax": torch.amax, "amin": torch.amin}
+
 
 def _broadcastable(a, b):
     try:
@@ -72,9 +86,14 @@ def _broadcastable(a, b):
 def draw_step(draw, x, pool, supported, kinds):
     """One step applied to the latest value ``x`` -> (fn, extra pool indices, text)."""
     rank = x.dim()
-    offered = ["unary", "binary", "scalar"]
+    is_float = x.is_floating_point()
+    unary, binary, reduce_ = (UNARY, BINARY, REDUCE) if is_float else \
+        (INT_UNARY, INT_BINARY, INT_REDUCE)
+    aten_of = {**UNARY_ATEN, **BINARY_ATEN} if is_float else INT_BINARY_ATEN
+    offered = ["unary", "binary", "scalar"] + ([] if is_float else ["to_float"])
     if rank >= 1:
-        offered += ["reduce", "softmax", "cumsum", "slice", "flip", "unsqueeze", "cat", "argmax"]
+        offered += ["reduce", "cumsum", "slice", "flip", "unsqueeze", "cat", "argmax"]
+        offered += ["softmax"] if is_float else []
     if rank >= 2:
         offered += ["transpose", "permute", "flatten", "reshape"]
     if any(s == 1 for s in x.shape):
@@ -82,35 +101,42 @@ def draw_step(draw, x, pool, supported, kinds):
     kind = draw(st.sampled_from(offered), label="kind")
     kinds.append(kind)
 
+    if kind == "to_float":
+        return (lambda a: a.float() * 0.25), [], "float"
     if kind == "unary":
-        name = draw(st.sampled_from(sorted(n for n in UNARY if
-                                           set(UNARY_ATEN.get(n, [n])) <= supported)))
-        return UNARY[name], [], name
+        name = draw(st.sampled_from(sorted(n for n in unary if
+                                           set(aten_of.get(n, [n])) <= supported)))
+        return unary[name], [], name
     if kind == "binary":
-        name = draw(st.sampled_from(sorted(n for n in BINARY if
-                                           set(BINARY_ATEN.get(n, [n])) <= supported)))
-        partners = [i for i, v in enumerate(pool) if _broadcastable(v.shape, x.shape)]
+        name = draw(st.sampled_from(sorted(n for n in binary if
+                                           set(aten_of.get(n, [n])) <= supported)))
+        partners = [i for i, v in enumerate(pool) if _broadcastable(v.shape, x.shape)
+                    and v.dtype == x.dtype]
         j = draw(st.sampled_from(partners), label="partner")
         swap = draw(st.booleans(), label="swap")
-        fn = BINARY[name]
+        fn = binary[name]
         return ((lambda a, b: fn(b, a)) if swap else fn), [j], f"{name}(pool[{j}])"
     if kind == "scalar":
-        c = draw(st.sampled_from([0.5, -2.0, 3.0, 1e-3]))
+        consts = [0.5, -2.0, 3.0, 1e-3] if is_float else [2, -3, 1, 0]
+        c = draw(st.sampled_from(consts))
         op = draw(st.sampled_from(["add", "mul", "sub", "rsub", "weight"]))
         if op == "weight":
             # a parameter of a broadcastable suffix shape (a .dat file or an inline literal)
             k = draw(st.integers(0, rank), label="weight rank")
             shape = [s if draw(st.booleans()) else 1 for s in x.shape[rank - k:]]
-            w = torch.randn(shape, generator=torch.Generator().manual_seed(len(pool)))
+            gen = torch.Generator().manual_seed(len(pool))
+            w = torch.randn(shape, generator=gen) if is_float else \
+                torch.randint(-3, 4, shape, generator=gen, dtype=x.dtype)
             return (lambda a: a * w), [], f"* weight{list(shape)}"
         fns = {"add": lambda a: a + c, "mul": lambda a: a * c, "sub": lambda a: a - c,
                "rsub": lambda a: c - a}
         return fns[op], [], f"{op} {c}"
     if kind == "reduce":
-        name = draw(st.sampled_from(sorted(n for n in REDUCE if n in supported)))
+        name = draw(st.sampled_from(sorted(n for n in reduce_ if n in supported)))
         d = _dims(draw, rank)
         keep = draw(st.booleans(), label="keepdim")
-        return (lambda a: REDUCE[name](a, dim=d, keepdim=keep)), [], f"{name}({d}, {keep})"
+        f = reduce_[name]
+        return (lambda a: f(a, dim=d, keepdim=keep)), [], f"{name}({d}, {keep})"
     if kind == "softmax":
         d = _dims(draw, rank)
         log = draw(st.booleans())
@@ -122,7 +148,9 @@ def draw_step(draw, x, pool, supported, kinds):
     if kind == "argmax":
         d = _dims(draw, rank)
         keep = draw(st.booleans())
-        return (lambda a: torch.argmax(a, d, keep).float()), [], f"argmax({d}, {keep})"
+        if is_float:
+            return (lambda a: torch.argmax(a, d, keep).float()), [], f"argmax({d}, {keep})"
+        return (lambda a: torch.argmax(a, d, keep).to(a.dtype)), [], f"argmax({d}, {keep})"
     if kind == "slice":
         d = _dims(draw, rank)
         n = x.shape[d]
@@ -191,16 +219,31 @@ class RandomChain(torch.nn.Module):
 
 
 @st.composite
-def random_models(draw, supported):
+def random_models(draw, supported, dynamic=False):
+    """(model, example inputs, text). With ``dynamic``, axis 0 of the first input (and of
+    the second where it lines up) has size >= 2 and ``model.batch_axes`` says which input
+    axes follow the batch."""
     n_inputs = draw(st.integers(1, 2), label="inputs")
     rank = draw(st.integers(1, 4), label="rank")
     shape = [draw(st.integers(1, 4)) for _ in range(rank)]
+    if dynamic:
+        shape[0] = draw(st.integers(2, 4), label="batch")
     gen = torch.Generator().manual_seed(draw(st.integers(0, 2 ** 16), label="seed"))
-    inputs = [torch.randn(shape, generator=gen)]
+    dtype = draw(st.sampled_from([torch.float32] * 3 + [torch.int64, torch.int32]))
+
+    def make(shape_):
+        if dtype.is_floating_point:
+            return torch.randn(shape_, generator=gen)
+        return torch.randint(-5, 6, shape_, generator=gen, dtype=dtype)
+
+    inputs = [make(shape)]
+    batch_axes = {0: 0}
     if n_inputs == 2:  # a broadcastable partner: some axes 1, maybe fewer leading axes
         drop = draw(st.integers(0, rank - 1))
         shape2 = [s if draw(st.booleans()) else 1 for s in shape[drop:]]
-        inputs.append(torch.randn(shape2, generator=gen))
+        inputs.append(make(shape2))
+        if drop == 0 and shape2[0] == shape[0]:
+            batch_axes[1] = 0
     pool = list(inputs)
     steps, text = [], []
     kinds = []
@@ -209,6 +252,8 @@ def random_models(draw, supported):
         fn, extra, desc = draw_step(draw, x, pool, supported, kinds)
         with torch.no_grad():
             y = fn(x, *[pool[i] for i in extra])
+        # integer chains stay far from overflow (wrap-around is not what is tested here)
+        assume(y.is_floating_point() or y.numel() == 0 or int(y.abs().max()) < 2 ** 20)
         steps.append((fn, [len(pool) - 1] + extra))
         text.append(desc)
         pool.append(y)
@@ -217,6 +262,8 @@ def random_models(draw, supported):
         outputs.insert(0, draw(st.integers(n_inputs, len(pool) - 2)))
     model = RandomChain(steps, n_inputs, outputs)
     model.kinds = kinds
+    model.batch_axes = batch_axes
+    model.make = make
     return model, tuple(inputs), " -> ".join(text)
 
 
@@ -260,6 +307,62 @@ def test_random_models_export_and_match(worker):
           f"{stats['ops']} NNEF ops in total")
 
 
+DYNAMIC_BUDGET = max(BUDGET // 2, 1)
+
+
+def test_random_models_with_a_dynamic_batch_axis(worker):
+    """Axis 0 exported as the symbol B; the one archive must match PyTorch at other sizes.
+
+    A clean refusal by t2n (a T2NError naming the op) is allowed and counted; an archive
+    that tract cannot run or that computes other numbers is a bug."""
+    supported = set(t2n.supported_ops())
+    stats = {"models": 0, "sizes": 0, "refused": {}}
+
+    @settings(max_examples=DYNAMIC_BUDGET, derandomize=HUNT_SEED is None, deadline=None,
+              database=None, suppress_health_check=list(HealthCheck), print_blob=True)
+    @given(random_models(supported, dynamic=True))
+    @seed(int(HUNT_SEED or 0) + 1)
+    def check(case):
+        model, args, text = case
+        dyn = {f"input_{i}": {axis: "B"} for i, axis in model.batch_axes.items()}
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.nnef")
+            try:
+                t2n.export(model, args, path, dynamic_axes=dyn)
+            except t2n.T2NError as e:
+                lines = str(e).splitlines()
+                key = " ".join(ln.strip() for ln in lines[1:3] or lines[:1])[:120]
+                stats["refused"][key] = stats["refused"].get(key, 0) + 1
+                return
+            stats["models"] += 1
+            for b in (args[0].shape[0] + 1, args[0].shape[0] + 3):
+                gen_args = []
+                for i, a in enumerate(args):
+                    shape = list(a.shape)
+                    if i in model.batch_axes:
+                        shape[model.batch_axes[i]] = b
+                    gen_args.append(model.make(shape))
+                try:
+                    with torch.no_grad():
+                        expected = [o.numpy() for o in model(*gen_args)]
+                except RuntimeError:
+                    continue  # the model itself is specialised to the example batch
+                try:
+                    got = worker.run(path, [a.numpy() for a in gen_args])
+                except TractRunError as e:
+                    raise AssertionError(f"tract failed at B={b} on {text}: {e}") from None
+                assert len(got) == len(expected), text
+                for k, (e, a) in enumerate(zip(expected, got)):
+                    c = compare(f"output_{k}", e, a, rtol=1e-4, atol=1e-5)
+                    assert c.ok, f"B={b}: {text}: {c.line()}"
+                stats["sizes"] += 1
+
+    check()
+    assert stats["models"] >= min(DYNAMIC_BUDGET, 10), stats
+    print(f"dynamic random models: {stats['models']} exported, checked at {stats['sizes']} "
+          f"other batch sizes; refused: {stats['refused'] or 'none'}")
+
+
 def test_generator_covers_every_step_kind():
     """Every kind of step is reachable (else a coverage gap would hide silently)."""
     supported = set(t2n.supported_ops())
@@ -274,7 +377,7 @@ def test_generator_covers_every_step_kind():
     collect()
     every = {"unary", "binary", "scalar", "reduce", "softmax", "cumsum", "slice", "flip",
              "unsqueeze", "cat", "argmax", "transpose", "permute", "flatten", "reshape",
-             "squeeze", "expand"}
+             "squeeze", "expand", "to_float"}
     assert seen == every, sorted(every - seen)
 
 
