@@ -1,4 +1,4 @@
-"""Matrix factorisations and solvers for small static matrices (LU, Cholesky, QR, triangular
+"""Matrix factorisations and solvers for small static matrices (LU, Cholesky, QR, LDL, triangular
 solves, det/slogdet, inverse, matrix_exp).
 
 tract has no linear-algebra primitives, so each factorisation is unrolled over the matrix
@@ -799,3 +799,265 @@ def linalg_matrix_exp(g, self):
     too_big = _bool(g, "gt", norm, g.scalar(2.0 ** MAX_SQUARINGS, WORK))
     p = select(g, too_big, g.scalar(float("nan"), WORK), p)
     return g.cast(p, self.dtype)
+
+
+# ---------------------------------------------------------------------------- LDL (Bunch-Kaufman)
+BK_ALPHA = (1.0 + math.sqrt(17.0)) / 8.0  # LAPACK sytf2's pivot threshold
+
+
+def _sym_swap(g, t, a: int, p):
+    """Symmetric interchange of rows and columns ``a`` (static) and ``p`` (runtime)."""
+    return _mT(g, _swap_rows(g, _mT(g, _swap_rows(g, t, a, p)), a, p))
+
+
+def _col_at(g, t, idx):
+    """Column ``idx`` (runtime i64 ``[..., 1, 1]``) of ``t`` as ``[..., n, 1]``."""
+    n = t.shape[-1]
+    hit = g.binary("eq", g.const(torch.arange(n).reshape(1, n)), idx, torch.int64,
+                   out_dtype=torch.bool)
+    return g.reduce("sum_reduce", select(g, hit, t, 0.0), [t.rank - 1], keepdim=True)
+
+
+def _and(g, a, b):
+    return g.binary("and", a, b, torch.bool)
+
+
+def _or(g, a, b):
+    return g.binary("or", a, b, torch.bool)
+
+
+def _not(g, a):
+    return g.op("not", a, out_dtype=torch.bool)
+
+
+def _ge(g, a, b):
+    return _bool(g, "ge", a, b)
+
+
+def _i64(g, v):
+    return g.scalar(v, torch.int64)
+
+
+def _trail(g, t, k, block):
+    """``t`` with its trailing block ``t[k:, k:]`` replaced by ``block``."""
+    n = t.shape[-1]
+    return _vcat(g, [_rows(g, t, 0, k), _hcat(g, [_cols(g, _rows(g, t, k, n), 0, k), block])])
+
+
+def _sytf2_step(g, t, k):
+    """One position of LAPACK ``sytf2`` (lower) on the full symmetric ``t``: both the 1x1
+    and the 2x2 outcome, and the decision between them."""
+    n = t.shape[-1]
+    r = t.rank - 2
+    akk = _at(g, t, k, k)
+    absakk = g.unary("abs", akk)
+    out = {}
+    if k == n - 1:
+        out["zero"] = _bool(g, "eq", absakk, g.scalar(0.0, WORK))
+        out["two"], kp1 = None, None
+    else:
+        below = g.unary("abs", _rows(g, _cols(g, t, k, k + 1), k + 1, n))
+        imax = g.binary("add", g.op("argmax_reduce", below, axes=[r], out_dtype=torch.int64,
+                                    out_shape=list(below.shape[:-2]) + [1, 1]), k + 1,
+                        torch.int64)
+        colmax = g.reduce("max_reduce", below, [r], keepdim=True)
+        cim = g.unary("abs", _col_at(g, t, imax))
+        ar = g.const(torch.arange(n).reshape(n, 1))
+        at_imax = g.binary("eq", ar, imax, torch.int64, out_dtype=torch.bool)
+        skip = _or(g, g.const(torch.arange(n).reshape(n, 1) < k), at_imax)
+        rowmax = g.reduce("max_reduce", select(g, skip, 0.0, cim, dtype=WORK), [r], keepdim=True)
+        aimax = g.reduce("sum_reduce", select(g, at_imax, cim, 0.0), [r], keepdim=True)
+        zero = _bool(g, "eq", g.binary("max", absakk, colmax, WORK), g.scalar(0.0, WORK))
+        c1 = _ge(g, absakk, _mul(g, colmax, BK_ALPHA))
+        c2 = _ge(g, absakk, _mul(g, _mul(g, colmax, BK_ALPHA), _div(g, colmax, rowmax)))
+        c3 = _ge(g, aimax, _mul(g, rowmax, BK_ALPHA))
+        keep = _or(g, _or(g, zero, c1), c2)
+        out["zero"], out["two"] = zero, _not(g, _or(g, keep, c3))
+        kp1 = select(g, keep, _i64(g, k), imax)
+        out["imax"] = imax
+    # 1x1 pivot at k after swapping k <-> kp1
+    ta = _sym_swap(g, t, k, kp1) if kp1 is not None else t
+    d = _at(g, ta, k, k)
+    x = _rows(g, _cols(g, ta, k, k + 1), k + 1, n)
+    if k + 1 < n:
+        d11 = g.unary("recip", d)
+        trail = _rows(g, _cols(g, ta, k + 1, n), k + 1, n)
+        upd = _sub(g, trail, _mul(g, x, _mT(g, _mul(g, d11, x))))
+        ta = _trail(g, ta, k + 1, select(g, out["zero"], trail, upd))
+        x = select(g, out["zero"], x, _mul(g, x, d11))
+    out["ta"], out["col_a"] = ta, _vcat(g, [d, x])
+    out["piv_a"] = g.binary("add", kp1, 1, torch.int64) if kp1 is not None else _i64(g, k + 1)
+    if out["two"] is None:
+        return out
+    # 2x2 pivot at (k, k+1) after swapping k+1 <-> imax
+    tb = _sym_swap(g, t, k + 1, out["imax"])
+    d21 = _at(g, tb, k + 1, k)
+    e11 = _div(g, _at(g, tb, k + 1, k + 1), d21)
+    e22 = _div(g, _at(g, tb, k, k), d21)
+    tt = g.unary("recip", _sub(g, _mul(g, e11, e22), 1.0))
+    f21 = _div(g, tt, d21)
+    col_k = [_at(g, tb, k, k), d21]
+    col_k1 = [_at(g, tb, k + 1, k + 1)]
+    if k + 2 < n:
+        ck = _rows(g, _cols(g, tb, k, k + 1), k + 2, n)
+        ck1 = _rows(g, _cols(g, tb, k + 1, k + 2), k + 2, n)
+        wk = _mul(g, f21, _sub(g, _mul(g, e11, ck), ck1))
+        wkp1 = _mul(g, f21, _sub(g, _mul(g, e22, ck1), ck))
+        trail = _rows(g, _cols(g, tb, k + 2, n), k + 2, n)
+        upd = _sub(g, _sub(g, trail, _mul(g, ck, _mT(g, wk))), _mul(g, ck1, _mT(g, wkp1)))
+        tb = _trail(g, tb, k + 2, upd)
+        col_k.append(wk)
+        col_k1.append(wkp1)
+    out["tb"], out["col_b"], out["col_b1"] = tb, _vcat(g, col_k), _vcat(g, col_k1)
+    out["piv_b"] = g.binary("sub", _i64(g, -1), out["imax"], torch.int64)
+    return out
+
+
+def _sytrf(g, a):
+    """LAPACK ``sytrf`` (lower, Bunch-Kaufman) on float64 ``a``, reading its lower triangle:
+    (LD, pivots as LAPACK's 1-based signed i64 ``[..., 1, 1]`` per position, info). Whether a
+    position starts a 2x2 block is known at run time only, so every position computes both
+    outcomes and selects; a position taken by the previous 2x2 block keeps its results."""
+    n = a.shape[-1]
+    low = select(g, _tri_mask(g, n, n, upper=False), a, 0.0)
+    t = g.binary("add", low, _mT(g, select(g, _tri_mask(g, n, n, upper=False, diagonal=-1),
+                                           a, 0.0)), WORK)
+    zeros = g.zeros_like(_cols(g, a, 0, 1))
+    cols, pivs, info = [], [], None
+    consumed, pending_col, pending_piv = None, None, None
+    for k in range(n):
+        s = _sytf2_step(g, t, k)
+        two = s["two"]
+        active = _not(g, consumed) if consumed is not None else None
+        if two is not None and active is not None:
+            two = _and(g, two, active)
+        col, piv, tn = s["col_a"], s["piv_a"], s["ta"]
+        if two is not None:
+            col = select(g, two, s["col_b"], col)
+            piv = select(g, two, s["piv_b"], piv)
+            tn = select(g, two, s["tb"], tn)
+        zero = s["zero"]
+        if consumed is not None:
+            col = select(g, consumed, pending_col, col)
+            piv = select(g, consumed, pending_piv, piv)
+            tn = select(g, consumed, t, tn)
+            zero = _and(g, zero, active)
+        step = select(g, zero, _i64(g, k + 1), _i64(g, 0))
+        info = step if info is None else select(g, _bool(g, "eq", info, _i64(g, 0)), step, info)
+        cols.append(_vcat(g, [_rows(g, zeros, 0, k), col]))
+        pivs.append(g.broadcast_to(piv, list(a.shape[:-2]) + [1, 1]))
+        t = tn
+        consumed = two
+        if two is not None:
+            pending_col, pending_piv = s["col_b1"], s["piv_b"]
+    return _hcat(g, cols), pivs, g.broadcast_to(info, list(a.shape[:-2]) + [1, 1])
+
+
+def _ldl_factor(g, A, hermitian):
+    _check(g, A, "A", square=True)
+    ld, pivs, info = _sytrf(g, _work(g, A))
+    piv = g.concat([g.squeeze(p, [p.rank - 1]) for p in pivs], pivs[0].rank - 2)
+    return g.cast(ld, A.dtype), g.cast(piv, torch.int32), info
+
+
+@aten("linalg_ldl_factor_ex")
+def linalg_ldl_factor_ex(g, self, hermitian=False, check_errors=False):
+    if _empty(self.shape):
+        return _fill(g, 0), _fill(g, 1), _fill(g, 2)
+    ld, piv, info = _ldl_factor(g, self, hermitian)
+    return ld, piv, _info_out(g, info, self.shape[:-2])
+
+
+@aten("linalg_ldl_factor")
+def linalg_ldl_factor(g, self, hermitian=False):
+    if _empty(self.shape):
+        return _fill(g, 0), _fill(g, 1)
+    return _ldl_factor(g, self, hermitian)[:2]
+
+
+def _rowdot(g, col, rows):
+    """``col^T @ rows`` as ``[..., 1, c]`` (``col`` ``[..., m, 1]``, ``rows`` ``[..., m, c]``)."""
+    return g.reduce("sum_reduce", _mul(g, col, rows), [rows.rank - 2], keepdim=True)
+
+
+def _set_row(g, b, i, row):
+    return _vcat(g, [_rows(g, b, 0, i), row, _rows(g, b, i + 1, b.shape[-2])])
+
+
+def _sytrs(g, ld, piv, b):
+    """LAPACK ``sytrs`` (lower): solve with ``sytrf``'s factors; the block structure comes
+    from the runtime pivots (negative: a 2x2 block starting at the first such position)."""
+    n = ld.shape[-1]
+    p = g.cast(piv, torch.int64)
+    pk = [g.unsqueeze(g.slice(p, p.rank - 1, k, k + 1), [p.rank]) for k in range(n)]
+    one, start, second = [], [], []
+    prev_start = None
+    for k in range(n):
+        neg = g.binary("lt", pk[k], 0, torch.int64, out_dtype=torch.bool)
+        st = neg if prev_start is None else _and(g, neg, _not(g, prev_start))
+        if k == n - 1:
+            st = None  # a 2x2 block cannot start at the last position
+        one.append(_not(g, neg))
+        start.append(st)
+        second.append(prev_start)
+        prev_start = st
+    minus1 = [g.binary("sub", q, 1, torch.int64) for q in pk]
+    flipped = [g.binary("sub", _i64(g, -1), q, torch.int64) for q in pk]
+    for k in range(n):  # L D y = b
+        col = _rows(g, _cols(g, ld, k, k + 1), k + 1, n)
+        ba = _swap_rows(g, b, k, minus1[k])
+        bk = _div(g, _rows(g, ba, k, k + 1), _at(g, ld, k, k))
+        below = _sub(g, _rows(g, ba, k + 1, n), _mul(g, col, _rows(g, ba, k, k + 1)))
+        ba = _vcat(g, [_rows(g, ba, 0, k), bk, below])
+        if start[k] is None:
+            b = select(g, one[k], ba, b)
+            continue
+        bb = _swap_rows(g, b, k + 1, flipped[k])
+        r0, r1 = _rows(g, bb, k, k + 1), _rows(g, bb, k + 1, k + 2)
+        if k + 2 < n:
+            c0 = _rows(g, col, 1, n - k - 1)
+            c1 = _rows(g, _cols(g, ld, k + 1, k + 2), k + 2, n)
+            rest = _sub(g, _sub(g, _rows(g, bb, k + 2, n), _mul(g, c0, r0)), _mul(g, c1, r1))
+        else:
+            rest = None
+        akm1k = _at(g, ld, k + 1, k)
+        akm1 = _div(g, _at(g, ld, k, k), akm1k)
+        ak = _div(g, _at(g, ld, k + 1, k + 1), akm1k)
+        denom = _sub(g, _mul(g, akm1, ak), 1.0)
+        bkm1, bk = _div(g, r0, akm1k), _div(g, r1, akm1k)
+        x0 = _div(g, _sub(g, _mul(g, ak, bkm1), bk), denom)
+        x1 = _div(g, _sub(g, _mul(g, akm1, bk), bkm1), denom)
+        bb = _vcat(g, [_rows(g, bb, 0, k), x0, x1, rest])
+        b = select(g, one[k], ba, select(g, start[k], bb, b))
+    for k in range(n - 1, -1, -1):  # L^T x = y
+        if k + 1 < n:
+            tail = _rows(g, b, k + 1, n)
+            rk = _sub(g, _rows(g, b, k, k + 1),
+                      _rowdot(g, _rows(g, _cols(g, ld, k, k + 1), k + 1, n), tail))
+            ba = _set_row(g, b, k, rk)
+        else:
+            ba = b
+        bsingle = _swap_rows(g, ba, k, minus1[k])
+        if second[k] is None:
+            b = select(g, one[k], bsingle, b)
+            continue
+        if k + 1 < n:
+            rkm1 = _sub(g, _rows(g, ba, k - 1, k),
+                        _rowdot(g, _rows(g, _cols(g, ld, k - 1, k), k + 1, n), tail))
+            bb = _set_row(g, ba, k - 1, rkm1)
+        else:
+            bb = ba
+        bb = _swap_rows(g, bb, k, flipped[k])
+        b = select(g, one[k], bsingle, select(g, second[k], bb, b))
+    return b
+
+
+@aten("linalg_ldl_solve")
+def linalg_ldl_solve(g, LD, pivots, B, hermitian=False):
+    _check(g, LD, "LD", square=True)
+    _check(g, B, "B")
+    if _empty(g.out_shape(0)):
+        return _fill(g, 0)
+    ld, b, batch = _broadcast_pair(g, _work(g, LD), _work(g, B))
+    piv = g.broadcast_to(pivots, batch + [pivots.shape[-1]])
+    return g.cast(_sytrs(g, ld, piv, b), g.out_dtype(0))

@@ -248,3 +248,23 @@ def test_dynamic_matrix_side_is_refused():
     with pytest.raises(UnsupportedOperatorsError, match="must be static"):
         assert_exports(Fn(lambda a: L.det(a)), (torch.eye(3),), input_names=["a"],
                        dynamic_axes={"a": {0: "N", 1: "N"}})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_ldl_bunch_kaufman(dtype):
+    # small diagonals force 2x2 pivot blocks and interchanges (about 80 of each here)
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(40, 6, 6, generator=gen, dtype=torch.float64)
+    a = a + a.mT
+    a[:20].diagonal(0, -2, -1).mul_(0.05)
+    b = torch.randn(40, 6, 2, generator=gen)
+    zero_col = torch.tensor([[0., 0., 0.], [0., 1., 2.], [0., 2., 1.]])
+    assert_cases({
+        "ldl_factor_ex": lambda a, b, z: L.ldl_factor_ex(a),
+        "ldl_factor reads the lower triangle": lambda a, b, z: L.ldl_factor(a.tril()),
+        "ldl_factor hermitian": lambda a, b, z: L.ldl_factor(a, hermitian=True),
+        "ldl_factor 1x1": lambda a, b, z: L.ldl_factor_ex(a[:, :1, :1]),
+        "ldl_solve": lambda a, b, z: L.ldl_solve(*L.ldl_factor(a), b),
+        "ldl_solve 2x2": lambda a, b, z: L.ldl_solve(*L.ldl_factor(a[:, :2, :2]), b[:, :2]),
+        "ldl_factor_ex zero column info": lambda a, b, z: L.ldl_factor_ex(z),
+    }, (a.to(dtype), b.to(dtype), zero_col.to(dtype)))
