@@ -143,3 +143,23 @@ def test_recurrence_polynomials_runtime_degree_refused(name):
 def test_recurrence_polynomial_degree_too_large_refused():
     with pytest.raises(T2NError, match="degree 100 is above 64"):
         assert_exports(_ConstDegree(S.legendre_polynomial_p, torch.tensor([100.0])), (REC_X,))
+
+
+# igamma/igammac: every region (series, small-x series, continued fraction, Temme's
+# expansion, torch's narrower asymptotic band above a = 200) and the domain edges
+_IG_A = [0.0, 1e-6, 0.1, 0.5, 1.0, 2.5, 3.9, 7.3, 19.9, 20.5, 25.0, 60.0, 199.0, 200.0,
+         250.0, 1e3, 1e5, -1.0, INF, NAN]
+_IG_X = [0.0, 1e-8, 0.2, 0.5, 0.6, 1.0, 1.05, 1.1, 1.2, 2.0, 3.99, 4.0, 6.0, 30.0, 1e3, -1.0,
+         INF, NAN]
+_IG_RATIO = [1e-3, 0.3, 0.39, 0.41, 0.7, 0.98, 1.0, 1.02, 1.31, 1.99, 2.01, 10.0]
+_IG_PAIRS = [(a, x) for a in _IG_A for x in _IG_X] + \
+    [(a, a * r) for a in _IG_A[1:17] for r in _IG_RATIO]
+IG_A = torch.tensor([p[0] for p in _IG_PAIRS], dtype=torch.float64)
+IG_X = torch.tensor([p[1] for p in _IG_PAIRS], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_incomplete_gamma(dtype):
+    # (broadcasting and empty inputs are covered by the OpInfo sweep's samples)
+    assert_cases({"igamma": torch.igamma, "igammac": torch.igammac},
+                 (IG_A.to(dtype), IG_X.to(dtype)))
