@@ -29,12 +29,18 @@ def _per_channel(g, t, rank, dtype):
 
 def _normalise(g, x, axes, eps):
     """(x - mean) / sqrt(var + eps) over ``axes`` (biased variance, as PyTorch)."""
+    return _normalise_stats(g, x, axes, eps)[0]
+
+
+def _normalise_stats(g, x, axes, eps):
+    """``_normalise`` plus the statistics the ``native_*`` ops need: the mean,
+    ``rstd = 1 / sqrt(var + eps)`` and the biased variance, reduced axes kept as size 1."""
     dtype = x.dtype
     mean = g.reduce("mean_reduce", x, axes, keepdim=True)
     centred = g.binary("sub", x, mean, dtype)
     var = g.reduce("mean_reduce", g.binary("mul", centred, centred, dtype), axes, keepdim=True)
     inv = g.unary("rsqrt", g.binary("add", var, float(eps), dtype))
-    return g.binary("mul", centred, inv, dtype)
+    return g.binary("mul", centred, inv, dtype), mean, inv, var
 
 
 def _affine(g, y, weight, bias, shape_fn):
@@ -54,10 +60,12 @@ def _derived(g, src, data):
     return g.variable(data, var.label)
 
 
-@aten("batch_norm", "_native_batch_norm_legit_no_training")
+@aten("batch_norm")
 def batch_norm(g, input, weight, bias, running_mean, running_var, training=False,
                momentum=0.1, eps=1e-5, *_):
     _check_float(g, input)
+    if input.rank == 1 and input.shape[0] == 0:
+        return input  # PyTorch accepts an empty 1-d input (and nothing else of rank 1)
     if input.rank < 2:
         raise g.error(f"input: batch norm needs a channel axis (rank >= 2), got {input.rank}")
     dtype = input.dtype
