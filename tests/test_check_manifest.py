@@ -57,11 +57,6 @@ def test_passing_manifest_writes_table_junit_and_json(assets):
         atol = 1e-4
 
         [[model]]
-        name = "mlp-callable-inputs"
-        model = "cli_models:make_mlp"
-        inputs = "cli_models:mlp_inputs"
-
-        [[model]]
         name = "embed-int-range"
         model = "cli_models:make_embed"
         inputs = ["ids:3x4:i64"]
@@ -72,16 +67,15 @@ def test_passing_manifest_writes_table_junit_and_json(assets):
     assert r.exit_code == 0, r.output
     table = r.stdout.splitlines()
     assert table[0].split()[:3] == ["MODEL", "RESULT", "OPS"]
-    assert table[-1] == "4 passed, 0 failed, 0 errors"
-    assert sum(" PASS " in ln for ln in table) == 4
+    assert table[-1] == "3 passed, 0 failed, 0 errors"
+    assert sum(" PASS " in ln for ln in table) == 3
 
     root = ET.parse(junit).getroot()
     assert root.tag == "testsuites"
     suite = root.find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("4", "0", "0")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "0", "0")
     names = [c.get("name") for c in suite.findall("testcase")]
-    assert names == ["mlp-specs", "mlp-torchscript-npz", "mlp-callable-inputs",
-                     "embed-int-range"]
+    assert names == ["mlp-specs", "mlp-torchscript-npz", "embed-int-range"]
     assert all(c.find("failure") is None and c.find("error") is None
                for c in suite.findall("testcase"))
 
@@ -98,7 +92,7 @@ def test_one_broken_entry_fails_the_run_and_the_others_still_run(tmp_path):
         [[model]]
         name = "good"
         model = "cli_models:make_mlp"
-        inputs = ["x:2x8:f32"]
+        inputs = "cli_models:mlp_inputs"
 
         [[model]]
         name = "unsupported"

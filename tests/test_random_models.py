@@ -368,7 +368,7 @@ def test_generator_covers_every_step_kind():
     supported = set(t2n.supported_ops())
     seen = set()
 
-    @settings(max_examples=150, derandomize=True, deadline=None, database=None,
+    @settings(max_examples=400, derandomize=True, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(random_models(supported))
     def collect(case):
