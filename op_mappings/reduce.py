@@ -5,6 +5,8 @@ NNEF reductions keep the reduced axes (size 1); ``g.reduce`` squeezes them for
 ``keepdim=False``. The accumulation dtype is the node's traced result dtype (``sum`` of ints
 or bools gives i64, ``dtype=`` arguments), so the input is cast to it first. tract's
 ``argmax_reduce``/``argmin_reduce`` return the first occurrence on ties, as torch does.
+Float max/min/argmax/argmin follow torch on NaN (NaN wins; its first index) and on slices of
+only -inf/+inf, where tract's reductions differ (see ``float_extremum_fixup``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 from t2n.registry import aten
 
 from .elementwise import maximum, minimum
+from .math_unary import is_nan, select
 
 
 def _axes(g, self, dim) -> list[int]:
@@ -79,7 +82,26 @@ def _extremum(g, kind_num, kind_bool, self, dim, keepdim):
             raise g.error(f"dim: reducing the empty axis {a} has no identity for max/min")
     if not axes:
         return self
-    return g.reduce(kind, self, axes, keepdim)
+    r = g.reduce(kind, self, axes, keepdim)
+    if self.dtype.is_floating_point:
+        r = float_extremum_fixup(g, kind, self, axes, keepdim, r)
+    return r
+
+
+def float_extremum_fixup(g, kind, x, axes, keepdim, r):
+    """PyTorch's amax/amin of a float slice from tract's ``max_reduce``/``min_reduce``
+    result ``r``. tract skips NaN (torch: any NaN gives NaN) and never leaves the finite
+    range (a slice of only -inf gives the lowest finite float for max; +inf likewise for
+    min). Two flag reductions and two selects fix both; these reductions are not in hot
+    CNN paths (max pooling keeps tract's behaviour)."""
+    dtype = x.dtype
+    inf = float("-inf") if kind == "max_reduce" else float("inf")
+    finite_side = g.binary("gt" if kind == "max_reduce" else "lt", x, inf, dtype,
+                           out_dtype=torch.bool)
+    reached = g.reduce("any_reduce", finite_side, axes, keepdim)
+    r = select(g, reached, r, inf, dtype)
+    has_nan = g.reduce("any_reduce", is_nan(g, x), axes, keepdim)
+    return select(g, has_nan, float("nan"), r, dtype)
 
 
 @aten("amax")
@@ -111,7 +133,7 @@ def _arg(g, kind, self, dim, keepdim):
         for d in self.shape:
             n = n * d
         flat = g.reshape(self, [n])
-        idx = g.op(kind, flat, axes=[0], out_shape=[1], out_dtype=torch.int64)
+        idx = _arg(g, kind, flat, 0, True)
         if keepdim and self.rank > 0:
             return g.reshape(idx, [1] * self.rank)
         return g.squeeze(idx, [0])
@@ -122,6 +144,13 @@ def _arg(g, kind, self, dim, keepdim):
         raise g.error(f"dim: argmax/argmin over the empty axis {axis} is an error in PyTorch")
     shape = [1 if i == axis else d for i, d in enumerate(self.shape)]
     idx = g.op(kind, self, axes=[axis], out_shape=shape, out_dtype=torch.int64)
+    if self.dtype.is_floating_point:
+        # torch treats NaN as the extreme value: the first NaN's index wins
+        nan = is_nan(g, self)
+        has_nan = g.reduce("any_reduce", nan, [axis], keepdim=True)
+        first_nan = g.op("argmax_reduce", g.cast(nan, self.dtype), axes=[axis],
+                         out_shape=shape, out_dtype=torch.int64)
+        idx = select(g, has_nan, first_nan, idx, torch.int64)
     return idx if keepdim else g.squeeze(idx, [axis])
 
 
