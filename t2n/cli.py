@@ -54,6 +54,10 @@ class _T2NGroup(click.Group):
             _err("t2n: interrupted; nothing was written")
             sys.exit(EXIT_INTERRUPTED)
         except click.ClickException as e:
+            no_args = getattr(click.exceptions, "NoArgsIsHelpError", ())
+            if no_args and isinstance(e, no_args):  # plain `t2n`: show the help
+                click.echo(e.ctx.get_help())
+                sys.exit(EXIT_OK)
             hint = ""
             ctx = getattr(e, "ctx", None)
             if ctx is not None:
@@ -80,7 +84,8 @@ class _T2NGroup(click.Group):
         sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
 
-@click.group(cls=_T2NGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(name="t2n", cls=_T2NGroup,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")
 @click.version_option(package_name="t2n", prog_name="t2n")
 def cli(debug: bool):

@@ -47,6 +47,8 @@ def test_python_dash_m_reports_errors_without_traceback(tmp_path):
 
 
 def test_help_texts_explain_usage():
+    r = run_cli()
+    assert r.exit_code == 0 and r.stdout.startswith("Usage: t2n") and r.stderr == ""
     r = run_cli("--help")
     assert r.exit_code == 0
     for word in ("export", "check", "ops", "Exit codes"):

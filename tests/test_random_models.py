@@ -1,12 +1,13 @@
 """Property test: small random models built from supported ops export and match in tract.
 
 Hypothesis draws a chain of 1-6 steps over one or two inputs of random shapes (rank 1-4,
-sizes 1-4; float32, or int64/int32 for exact integer chains): element-wise unary and binary ops (with broadcasting against earlier values or a
-weight), shape ops (transpose, permute, reshape, unsqueeze/squeeze, flatten, slicing with
-steps, cat, flip, expand) and reductions (sum, mean, amax, amin, softmax, cumsum, argmax),
-then exports the model and compares tract with PyTorch. Each step is evaluated in torch while
-it is drawn, so every generated model is valid PyTorch; only kinds whose aten ops t2n
-registers are offered.
+sizes 1-4; float32, or int64/int32 for exact integer chains): element-wise unary and
+binary ops (broadcasting against earlier values or a weight), shape ops (transpose,
+permute, reshape, unsqueeze/squeeze, flatten, slicing with steps, cat, flip, expand) and
+reductions (sum, mean, amax, amin, softmax, cumsum, argmax), then exports the model and
+compares tract with PyTorch. Each step is evaluated in torch while it is drawn, so every
+generated model is valid PyTorch; only kinds whose aten ops t2n registers are offered. A
+second test makes axis 0 dynamic and checks the one archive at two other batch sizes.
 
 Budget: ``T2N_RANDOM_MODELS`` examples (default 100, about 5 s: tract runs in one
 persistent worker process), derandomised, so CI runs the same models every time. Hunt
@@ -41,7 +42,8 @@ def _dims(draw, rank, what="dim"):
 # (softmax -> cumsum giving 0.99999994 instead of 1.0) into a difference of 1.
 UNARY = {
     "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "neg": torch.neg,
-    "abs": torch.abs, "sin": torch.sin, "cos": torch.cos, "erf": torch.erf, "exp": lambda v: torch.exp(torch.tanh(v)),
+    "abs": torch.abs, "sin": torch.sin, "cos": torch.cos, "erf": torch.erf,
+    "exp": lambda v: torch.exp(torch.tanh(v)),
     "square": torch.square, "gelu": torch.nn.functional.gelu,
     "log1p": lambda v: torch.log1p(torch.abs(v)), "sqrt": lambda v: torch.sqrt(torch.abs(v)),
     "reciprocal": lambda v: torch.reciprocal(torch.abs(v) + 1),
