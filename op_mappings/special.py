@@ -276,3 +276,42 @@ def polygamma(g, n, self):
         return out(g, trigamma_of(g, x))
     factor = (-1.0 if n % 2 == 0 else 1.0) * float(math.factorial(n))
     return out(g, zeta_of(g, float(n + 1), x) * factor)
+
+
+# --------------------------------------------------------------------------- nextafter
+@aten("nextafter")
+def nextafter(g, self, other):
+    """The neighbouring float of x towards y, by arithmetic (tract has no bit casts):
+    ulp = 2^(e - mantissa bits) with e = floor(log2 |x|) made exact by comparing with powers
+    of two, half that when stepping down from a power of two; subnormals share the smallest
+    exponent. For f32 the sum is formed in f64, where it is exact; for f64 it is the
+    neighbour itself, also exact. Bit-exact against torch (tested on powers of two,
+    subnormals, 0, +-max, inf and NaN)."""
+    d = g.out_dtype()
+    if d not in (torch.float32, torch.float64):
+        raise g.error(f"self: nextafter on {d} is not supported (float32/float64 only)")
+    fi = torch.finfo(d)
+    mant = {torch.float32: 23, torch.float64: 52}[d]  # mantissa bits
+    emin = math.frexp(fi.tiny)[1] - 1  # -126 / -1022
+    x = E(g, g.cast(self, F64))
+    y = E(g, g.cast(other, F64))
+    ax = x.abs()
+    e0 = (ax.log() * (1.0 / math.log(2.0))).floor()
+    p = 2.0 ** e0
+    e = e0 + where(g, (p * 2.0).le(ax), 1.0, 0.0) - where(g, p.gt(ax), 1.0, 0.0)
+    e = E(g, g.binary("max", e.t, float(emin), F64))
+    up = 2.0 ** (e - float(mant))
+    to_zero = either(g, both(g, x.gt(0.0), y.lt(x)), both(g, x.lt(0.0), y.gt(x)))
+    down_from_pow2 = both(g, both(g, to_zero, ax.eq(2.0 ** e)), e.gt(float(emin)))
+    step = where(g, down_from_pow2, up * 0.5, up)
+    toward = where(g, y.gt(x), 1.0, -1.0)
+    r = x + toward * step
+    # at 0, e is clamped to emin: up is the smallest subnormal (computed at run time: a
+    # subnormal f64 literal does not survive as a constant)
+    r = where(g, x.eq(0.0), toward * up, r)
+    # stepping from -smallest to zero gives -0.0 (the sum is +0.0)
+    r = where(g, both(g, r.eq(0.0), x.lt(0.0)), -r, r)
+    r = where(g, x.isinf(), where(g, x.gt(0.0), fi.max, -fi.max), r)
+    r = where(g, x.eq(y), y, r)
+    r = where(g, either(g, x.isnan(), y.isnan()), NAN, r)
+    return out(g, r, d)

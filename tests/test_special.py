@@ -163,3 +163,23 @@ def test_incomplete_gamma(dtype):
     # (broadcasting and empty inputs are covered by the OpInfo sweep's samples)
     assert_cases({"igamma": torch.igamma, "igammac": torch.igammac},
                  (IG_A.to(dtype), IG_X.to(dtype)))
+
+
+def _nextafter_inputs(dtype):
+    fi = torch.finfo(dtype)
+    sub = fi.tiny * fi.eps / 2  # smallest subnormal
+    xs = [0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 3.0, -8.47, 1e-3, fi.tiny, -fi.tiny, sub, -sub,
+          2 * sub, 2 * fi.tiny, fi.max, -fi.max, INF, -INF, NAN, 1024.0, 1e30, -1e-30]
+    ys = [INF, -INF, 0.0, None, NAN, 2.0]  # None: y = x
+    x = torch.tensor([a for a in xs for _ in ys], dtype=dtype)
+    y = torch.tensor([a if b is None else b for a in xs for b in ys], dtype=dtype)
+    return x, y
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_nextafter_bit_exact(dtype):
+    # zero tolerance: one ulp off anywhere (also among subnormals) fails; the sign bit
+    # checks -0.0
+    assert_cases({"nextafter": torch.nextafter,
+                  "signbit": lambda x, y: torch.signbit(torch.nextafter(x, y))},
+                 _nextafter_inputs(dtype), rtol=0.0, atol=0.0)
