@@ -1,5 +1,6 @@
-"""Max pooling that returns indices, adaptive max pooling, and max unpooling:
-``max_pool1d/2d/3d_with_indices``, ``adaptive_max_pool1d/2d/3d``, ``max_unpool2d/3d``.
+"""Max pooling that returns indices, adaptive max pooling, max unpooling and the max
+pooling gradient: ``max_pool1d/2d/3d_with_indices``, ``adaptive_max_pool1d/2d/3d``,
+``max_unpool2d/3d``, ``max_pool2d/3d_with_indices_backward``.
 
 tract has no pool that returns positions, so windows are extracted explicitly: the input's
 spatial axes are flattened into one plane per (N, C), and one ``tract_core_gather`` with a
@@ -20,7 +21,8 @@ hot one, so PyTorch's rule is kept here). The op count is fixed; the table costs
 Unpooling scatters each plane's values to its indices in a zero plane with
 ``tract_core_scatter_elements`` (last write wins on duplicates, as PyTorch's CPU loop).
 An index outside the output plane (PyTorch raises) is sent to a spare slot that is cut off,
-because tract aborts the process on an out-of-range scatter.
+because tract aborts the process on an out-of-range scatter. The pooling gradient is the
+same scatter with ``add``.
 """
 
 from __future__ import annotations
@@ -215,20 +217,26 @@ def _max_unpool(g, self, indices, output_size, n):
     if len(size) != n:
         raise g.error(f"output_size: expected {n} sizes, got {size}")
     lead = self.rank - n
-    batch = list(self.shape[:lead])
-    plane = math.prod(size)
-    count = math.prod(self.shape[lead:])
-    vals = g.reshape(self, batch + [count])
+    out = _scatter_to_planes(g, self, indices, lead, math.prod(size), "none")
+    return g.reshape(out, list(self.shape[:lead]) + size)
+
+
+def _scatter_to_planes(g, values, indices, lead, plane, reduction):
+    """Zero planes of ``plane`` positions per leading index, receiving ``values`` at
+    ``indices`` (both shaped [lead..., spatial...]); returns [lead..., plane]. Indices
+    outside the plane go to a spare slot that is cut off."""
+    batch = list(values.shape[:lead])
+    count = math.prod(values.shape[lead:])
+    vals = g.reshape(values, batch + [count])
     idx = g.reshape(g.cast(indices, torch.int64), batch + [count])
     inside = g.binary("and", g.binary("ge", idx, 0, torch.int64, out_dtype=torch.bool),
                       g.binary("lt", idx, plane, torch.int64, out_dtype=torch.bool),
                       torch.bool)
-    idx = select(g, inside, idx, plane, torch.int64)  # out of range -> the spare slot
-    zeros = g.broadcast_to(g.scalar(0, self.dtype), batch + [plane + 1])
+    idx = select(g, inside, idx, plane, torch.int64)
+    zeros = g.broadcast_to(g.scalar(0, values.dtype), batch + [plane + 1])
     out = g.op("tract_core_scatter_elements", zeros, idx, vals, axis=lead,
-               out_shape=batch + [plane + 1], out_dtype=self.dtype)
-    out = g.slice(out, lead, 0, plane)
-    return g.reshape(out, batch + size)
+               reduction=reduction, out_shape=batch + [plane + 1], out_dtype=values.dtype)
+    return g.slice(out, lead, 0, plane)
 
 
 @aten("max_unpool2d")
@@ -240,3 +248,32 @@ def max_unpool2d(g, self, indices, output_size):
 def max_unpool3d(g, self, indices, output_size, stride, padding):
     """``stride`` and ``padding`` only serve PyTorch's argument checks."""
     return _max_unpool(g, self, indices, output_size, 3)
+
+
+def _max_pool_backward(g, grad_output, self, indices, n):
+    """The gradient of max pooling: each output's gradient added at its index (windows that
+    overlap may pick the same input, whose gradients then sum)."""
+    if self.rank not in (n + 1, n + 2):
+        raise g.error(f"self: expected rank {n + 1} or {n + 2}, got {self.rank}")
+    if list(indices.shape) != list(grad_output.shape):
+        raise g.error(f"indices: shape {list(indices.shape)} differs from grad_output's "
+                      f"{list(grad_output.shape)}")
+    lead = self.rank - n
+    spatial = list(self.shape[lead:])
+    if not all(isinstance(d, int) for d in spatial):
+        raise g.error(f"self: the spatial axes {spatial} must be static")
+    grad = g.cast(grad_output, self.dtype)
+    out = _scatter_to_planes(g, grad, indices, lead, math.prod(spatial), "add")
+    return g.reshape(out, list(self.shape))
+
+
+@aten("max_pool2d_with_indices_backward")
+def max_pool2d_with_indices_backward(g, grad_output, self, kernel_size, stride, padding,
+                                     dilation, ceil_mode, indices):
+    return _max_pool_backward(g, grad_output, self, indices, 2)
+
+
+@aten("max_pool3d_with_indices_backward")
+def max_pool3d_with_indices_backward(g, grad_output, self, kernel_size, stride, padding,
+                                     dilation, ceil_mode, indices):
+    return _max_pool_backward(g, grad_output, self, indices, 3)

@@ -157,3 +157,23 @@ def test_max_unpool_runtime_indices():
         "3d": lambda v, i: torch.ops.aten.max_unpool3d(v.unsqueeze(2), i.unsqueeze(2),
                                                        [2, 2, 4], [1, 1, 1], [0, 0, 0]),
     }, (vals, idx))
+
+
+def test_max_pool_with_indices_backward():
+    """Gradients of overlapping windows that picked the same input add up."""
+    aten = torch.ops.aten
+
+    def back2d(x, v, go2, go3):
+        _, i = aten.max_pool2d_with_indices(x, [3, 3], [1, 1], [1, 1], [1, 1], True)
+        return aten.max_pool2d_with_indices_backward(go2, x, [3, 3], [1, 1], [1, 1], [1, 1],
+                                                     True, i)
+
+    def back3d(x, v, go2, go3):
+        _, i = aten.max_pool3d_with_indices(v, [2, 2, 2], [2, 2, 2], [0, 0, 0], [1, 1, 1],
+                                            True)
+        return aten.max_pool3d_with_indices_backward(go3, v, [2, 2, 2], [2, 2, 2], [0, 0, 0],
+                                                     [1, 1, 1], True, i)
+
+    assert_cases({"2d k3 s1 p1 ceil": back2d, "3d k2 ceil": back3d},
+                 (_ties(2, 3, 5, 6), torch.randn(1, 2, 3, 4, 5), torch.randn(2, 3, 5, 6),
+                  torch.randn(1, 2, 2, 2, 3)))
