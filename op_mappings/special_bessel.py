@@ -172,7 +172,8 @@ def k0e_of(x: E) -> E:
 def k1e_of(x: E) -> E:
     """exp(x) K1(x) (x > 0)."""
     g = x.g
-    small = (x * 0.5).log() * _i1e_small(x) * (x * 2.0).exp() + chbevl(x * x - 2.0, _K1_A) / x * x.exp()
+    small = (x * 0.5).log() * _i1e_small(x) * (x * 2.0).exp() + \
+        chbevl(x * x - 2.0, _K1_A) / x * x.exp()
     big = chbevl(8.0 / x - 2.0, _K1_B) / x.sqrt()
     return where(g, x.le(2.0), small, big)
 
