@@ -11,6 +11,11 @@ padding; it is reproduced with extra end padding that tract ignores. For average
 with ``count_include_pad=True`` PyTorch's divisor counts the user's padding but not that
 extra ceil region, so the user's padding is applied as real zeros (``pad``) and only the
 ceil region is left to the ``ignore`` border.
+
+Known divergences of tract's ``max_pool``, kept because this is the hot CNN path: a window
+holding NaN gives the max of its other values (PyTorch: NaN), and a window of only -inf gives
+the lowest finite float (PyTorch: -inf). ``max_pool*_with_indices`` (pool_indices.py) and the
+max/min reductions follow PyTorch in both cases.
 """
 
 from __future__ import annotations

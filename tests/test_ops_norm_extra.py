@@ -77,3 +77,18 @@ def test_batch_norm_empty_rank1_input():
         "train": lambda x, w: F.batch_norm(x, w, w, training=True),
         "eval": lambda x, w: F.batch_norm(x, w, w, training=False),
     }, (torch.randn(0), torch.randn(0)))
+
+
+def test_native_norms_dynamic_batch():
+    """Statistics shapes follow a symbolic batch axis ([N, G] for group norm)."""
+    from opcases import Cases
+    from t2n.testing import assert_exports
+
+    model = Cases({
+        "group": lambda x: aten.native_group_norm(x, None, None, x.shape[0], 4, 6, 2, 1e-5),
+        "layer": lambda x: aten.native_layer_norm(x, [3, 2], None, None, 1e-5),
+        "batch train": lambda x: aten.native_batch_norm(x, None, None, None, None, True, 0.1,
+                                                        1e-5),
+    }).eval()
+    assert_exports(model, (torch.randn(2, 4, 3, 2),), input_names=["x"],
+                   dynamic_axes={"x": {0: "B"}}, more_args=[(torch.randn(5, 4, 3, 2),)])

@@ -177,3 +177,12 @@ def test_max_pool_with_indices_backward():
     assert_cases({"2d k3 s1 p1 ceil": back2d, "3d k2 ceil": back3d},
                  (_ties(2, 3, 5, 6), torch.randn(1, 2, 3, 4, 5), torch.randn(2, 3, 5, 6),
                   torch.randn(1, 2, 2, 2, 3)))
+
+
+def test_max_unpool_dynamic_batch():
+    def roundtrip(x):
+        y, i = F.max_pool2d(x, 2, return_indices=True)
+        return F.max_unpool2d(y, i, 2, output_size=(5, 6))
+
+    assert_exports(Fn(roundtrip), (torch.randn(2, 3, 5, 6),), input_names=["x"],
+                   dynamic_axes={"x": {0: "B"}}, more_args=[(torch.randn(4, 3, 5, 6),)])
