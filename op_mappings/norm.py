@@ -4,6 +4,11 @@ Batch norm in eval mode with stored statistics is folded in Python into one per-
 scale and shift (two ops in the graph; tract fuses them further). Everything else is written
 with ``mean_reduce``: mean, centred values, biased variance, ``rsqrt(var + eps)``, so weights
 and biases may be stored or runtime inputs alike (they are applied, never dropped).
+
+Batch norm in training mode normalises with the batch statistics, as PyTorch; PyTorch also
+updates the running statistics in place, which an exported graph cannot do (the buffers keep
+their exported values). The ``native_*`` variants that return statistics are in
+norm_native.py.
 """
 
 from __future__ import annotations
