@@ -141,11 +141,17 @@ def _trapz_terms(g, y, x, dx, dim):
     return g.binary("mul", avg, float(dx), d), axis, d
 
 
+def _x_or_dx(x_or_dx):
+    """The .x overloads pass sample points (a tensor), the .dx ones a spacing (a number)."""
+    if hasattr(x_or_dx, "rank"):
+        return x_or_dx, None
+    return None, 1.0 if x_or_dx is None else x_or_dx
+
+
 @aten("trapezoid", "trapz")
-def trapezoid(g, y, x=None, dx=None, dim=-1):
-    if x is not None and not hasattr(x, "rank"):
-        x, dx = None, x
-    terms, axis, d = _trapz_terms(g, y, x, 1.0 if dx is None else dx, dim)
+def trapezoid(g, y, x_or_dx=None, dim=-1):
+    x, dx = _x_or_dx(x_or_dx)
+    terms, axis, d = _trapz_terms(g, y, x, dx, dim)
     if terms is None:
         shape = [s for i, s in enumerate(y.shape) if i != axis]
         return g.broadcast_to(g.scalar(0.0, d), shape)
@@ -153,10 +159,9 @@ def trapezoid(g, y, x=None, dx=None, dim=-1):
 
 
 @aten("cumulative_trapezoid")
-def cumulative_trapezoid(g, y, x=None, dx=None, dim=-1):
-    if x is not None and not hasattr(x, "rank"):
-        x, dx = None, x
-    terms, axis, d = _trapz_terms(g, y, x, 1.0 if dx is None else dx, dim)
+def cumulative_trapezoid(g, y, x_or_dx=None, dim=-1):
+    x, dx = _x_or_dx(x_or_dx)
+    terms, axis, d = _trapz_terms(g, y, x, dx, dim)
     if terms is None:
         return y
     return g.op("tract_core_cumsum", terms, axis=axis, exclusive=False, reverse=False)

@@ -187,9 +187,9 @@ def abs_(g, self):
 
 @aten("sign")
 def sign(g, self):
-    if self.dtype == torch.bool:
-        return self
-    return g.unary("sign", self)
+    from op_mappings.math_unary import sign_of
+
+    return sign_of(g, self)
 
 
 @aten("floor")

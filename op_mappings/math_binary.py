@@ -34,7 +34,11 @@ def fmod_of(g, a, b, dtype):
     q = g.binary("div", a, b, dtype)
     if dtype.is_floating_point:
         q = _trunc(g, q)
-    return g.binary("sub", a, g.binary("mul", q, b, dtype), dtype)
+    r = g.binary("sub", a, g.binary("mul", q, b, dtype), dtype)
+    if dtype.is_floating_point:  # fmod(finite, +-inf) is the dividend
+        r = select(g, g.binary("and", is_inf(g, b), g.unary("not", is_inf(g, a)), torch.bool),
+                   a, r)
+    return r
 
 
 @aten("fmod")
@@ -211,7 +215,9 @@ def isclose(g, self, other, rtol=1e-5, atol=1e-8, equal_nan=False):
         return g.binary("eq", self, other, d, out_dtype=torch.bool)
     a, b = g.cast(self, d), g.cast(other, d)
     tol = g.binary("add", g.binary("mul", g.unary("abs", b), float(rtol), d), float(atol), d)
-    close = _b(g, "le", g.unary("abs", g.binary("sub", a, b, d)), tol)
+    err = g.unary("abs", g.binary("sub", a, b, d))
+    finite = g.unary("not", g.binary("or", is_inf(g, err), is_nan(g, err), torch.bool))
+    close = g.binary("and", _b(g, "le", err, tol), finite, torch.bool)
     close = g.binary("or", close, _b(g, "eq", a, b), torch.bool)
     if equal_nan:
         close = g.binary("or", close, g.binary("and", is_nan(g, a), is_nan(g, b), torch.bool),

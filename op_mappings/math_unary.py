@@ -124,7 +124,17 @@ def frac(g, self):
 
 @aten("sgn")
 def sgn(g, self):
-    return self if self.dtype == torch.bool else g.unary("sign", self)
+    return sign_of(g, self)
+
+
+def sign_of(g, x):
+    """torch.sign: -1, 0 or 1, and 0 for NaN (tract's sign keeps NaN)."""
+    if x.dtype == torch.bool:
+        return x
+    s = g.unary("sign", x)
+    if x.dtype.is_floating_point:
+        s = select(g, is_nan(g, x), 0.0, s, x.dtype)
+    return s
 
 
 @aten("signbit")
@@ -156,8 +166,10 @@ def angle(g, self):
 @aten("logit", "special_logit")
 def logit(g, self, eps=None):
     x = _float(g, self)
-    if eps is not None:
-        x = g.binary("min", g.binary("max", x, float(eps), x.dtype), 1.0 - float(eps), x.dtype)
+    if eps is not None:  # clamp with selects: NaN stays NaN (tract's max/min drop it)
+        lo, hi = float(eps), 1.0 - float(eps)
+        x = select(g, _bool(g, "lt", x, g.scalar(lo, x.dtype)), lo, x, x.dtype)
+        x = select(g, _bool(g, "gt", x, g.scalar(hi, x.dtype)), hi, x, x.dtype)
     return g.unary("log", g.binary("div", x, g.binary("sub", g.scalar(1.0, x.dtype), x,
                                                       x.dtype), x.dtype))
 
@@ -338,7 +350,10 @@ def digamma_of(g, x):
     out = select(g, reflect, refl, psi)
     is_pole = g.binary("and", _bool(g, "le", x, g.scalar(0.0, d)),
                        _bool(g, "eq", g.unary("floor", x), x), torch.bool)
-    return select(g, is_pole, float("nan"), out)
+    out = select(g, is_pole, float("nan"), out)
+    # at +-0 torch gives -+inf (the sign of the pole's side), i.e. -1/x
+    return select(g, _bool(g, "eq", x, g.scalar(0.0, d)), g.unary("neg", g.unary("recip", x)),
+                  out)
 
 
 @aten("digamma", "special_digamma", "special_psi")

@@ -28,8 +28,30 @@ def _gather_const(g, x, axis, index):
 
 
 # ---------------------------------------------------------------------------- reorder
+def _runtime_size(g, n):
+    return g.dim_scalar(n)
+
+
+def _wrap(g, v, n_t):
+    """``v`` (i64, in (-n, 2n)) brought into [0, n) with selects."""
+    i64 = torch.int64
+    v = g.op("select", g.binary("lt", v, g.scalar(0, i64), i64, out_dtype=torch.bool),
+             g.binary("add", v, n_t, i64), v, out_dtype=i64)
+    return g.op("select", g.binary("ge", v, n_t, i64, out_dtype=torch.bool),
+                g.binary("sub", v, n_t, i64), v, out_dtype=i64)
+
+
 def roll_axis(g, x, shift, axis):
-    n = _static(g, x.shape[axis], "roll")
+    n = x.shape[axis]
+    if not isinstance(n, int):
+        # dynamic axis: out[i] = x[(i - shift) mod n], with the modulo computed by tract
+        i64 = torch.int64
+        n_t = _runtime_size(g, n)
+        s = g.scalar(shift, i64)
+        k = g.binary("sub", s, g.binary("mul", g.binary("div", s, n_t, i64), n_t, i64), i64)
+        k = _wrap(g, k, n_t)
+        idx = _wrap(g, g.binary("sub", g.arange(n), k, i64), n_t)
+        return g.gather(x, idx, axis)
     if n == 0:
         return x
     s = shift % n
@@ -59,7 +81,10 @@ def _numel(g, x):
 
 
 def flip_axis(g, x, axis):
-    n = _static(g, x.shape[axis], "flip")
+    n = x.shape[axis]
+    if not isinstance(n, int):
+        idx = g.binary("sub", _runtime_size(g, n - 1), g.arange(n), torch.int64)
+        return g.gather(x, idx, axis)
     if n <= 1:
         return x
     return _gather_const(g, x, axis, np.arange(n - 1, -1, -1))
@@ -378,10 +403,16 @@ def diff(g, self, n=1, dim=-1, prepend=None, append=None):
     if len(parts) > 1:
         x = g.concat([g.cast(p, self.dtype) for p in parts], axis)
     for _ in range(n):
-        m = _static(g, x.shape[axis], "diff")
-        if m == 0:
+        m = x.shape[axis]
+        if isinstance(m, int) and m == 0:
             break
-        hi, lo = g.slice(x, axis, 1, m), g.slice(x, axis, 0, m - 1)
+        if isinstance(m, int):
+            hi, lo = g.slice(x, axis, 1, m), g.slice(x, axis, 0, m - 1)
+        else:  # a dynamic axis may be shorter than n: keep the bounds in range
+            import sympy
+
+            hi = g.slice(x, axis, sympy.Min(1, m), m)
+            lo = g.slice(x, axis, 0, sympy.Max(m - 1, 0))
         if x.dtype == torch.bool:
             x = g.binary("tract_core_xor", hi, lo, torch.bool)
         else:

@@ -167,6 +167,9 @@ def stack(g, tensors, dim=0):
 def split(g, self, split_size, dim=0):
     axis = dim % self.rank
     n = self.shape[axis]
+    if not isinstance(n, int):
+        raise g.error(f"dim={dim}: splitting a dynamic axis gives a number of pieces that "
+                      "depends on its size, which the exported graph cannot follow")
     if isinstance(split_size, int):
         sizes = [min(split_size, n - s) for s in range(0, n, split_size)] if split_size else [n]
     else:
@@ -182,6 +185,9 @@ def split(g, self, split_size, dim=0):
 def chunk(g, self, chunks, dim=0):
     axis = dim % self.rank
     n = self.shape[axis]
+    if not isinstance(n, int):
+        raise g.error(f"dim={dim}: chunking a dynamic axis gives a number of pieces that "
+                      "depends on its size, which the exported graph cannot follow")
     size = -(-n // chunks)
     return split(g, self, size, axis)
 
@@ -189,6 +195,8 @@ def chunk(g, self, chunks, dim=0):
 @aten("unbind")
 def unbind(g, self, dim=0):
     axis = dim % self.rank
+    if not isinstance(self.shape[axis], int):
+        raise g.error(f"dim={dim}: unbinding a dynamic axis gives one output per element")
     return [g.squeeze(g.slice(self, axis, i, i + 1), [axis]) for i in range(self.shape[axis])]
 
 
