@@ -90,16 +90,11 @@ def _extremum(g, kind_num, kind_bool, self, dim, keepdim):
 
 def float_extremum_fixup(g, kind, x, axes, keepdim, r):
     """PyTorch's amax/amin of a float slice from tract's ``max_reduce``/``min_reduce``
-    result ``r``. tract skips NaN (torch: any NaN gives NaN) and never leaves the finite
-    range (a slice of only -inf gives the lowest finite float for max; +inf likewise for
-    min). Two flag reductions and two selects fix both; these reductions are not in hot
-    CNN paths (max pooling keeps tract's behaviour)."""
+    result ``r``: tract skips NaN, torch gives NaN when the slice holds one (one flag
+    reduction and a select; these reductions are not in hot CNN paths, max pooling keeps
+    tract's behaviour)."""
     dtype = x.dtype
-    inf = float("-inf") if kind == "max_reduce" else float("inf")
-    finite_side = g.binary("gt" if kind == "max_reduce" else "lt", x, inf, dtype,
-                           out_dtype=torch.bool)
-    reached = g.reduce("any_reduce", finite_side, axes, keepdim)
-    r = select(g, reached, r, inf, dtype)
+    # the infinities are restored by g.reduce itself; NaN propagation is torch's amax rule
     has_nan = g.reduce("any_reduce", is_nan(g, x), axes, keepdim)
     return select(g, has_nan, float("nan"), r, dtype)
 

@@ -551,7 +551,21 @@ class Graph:
                                               dtype or t.dtype), shape)
         else:
             r = self.op(kind, t, axes=axes, out_shape=shape, out_dtype=dtype or t.dtype)
+            if kind in ("max_reduce", "min_reduce") and t.dtype.is_floating_point:
+                r = self._unsaturate(kind, t, axes, shape, r)
         return r if keepdim else self.squeeze(r, axes)
+
+    def _unsaturate(self, kind: str, t: Tensor, axes: list[int], shape, r: Tensor) -> Tensor:
+        """tract's float max/min reductions never leave the finite range: a slice of only
+        -inf gives the lowest finite float for max (+inf likewise for min). One flag
+        reduction and a select give back the infinity."""
+        inf = float("-inf") if kind == "max_reduce" else float("inf")
+        beyond = self.binary("gt" if kind == "max_reduce" else "lt", t, inf, t.dtype,
+                             out_dtype=torch.bool)
+        reached = self.op("any_reduce", beyond, axes=axes, out_shape=shape,
+                          out_dtype=torch.bool)
+        return self.op("select", reached, r, self.scalar(inf, t.dtype), out_shape=shape,
+                       out_dtype=r.dtype)
 
     def shape_of(self, t: Tensor) -> Tensor:
         """The runtime shape of ``t`` as an i64 vector (symbolic axes stay symbolic)."""
