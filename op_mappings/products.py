@@ -7,7 +7,6 @@ Float products go through ``matmul`` / ``tract_core_einsum``; integer operands a
 
 from __future__ import annotations
 
-import string
 
 import torch
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from . import dtypes
-from .builder import Graph, Tensor, safe_identifier
+from .builder import Graph, safe_identifier
 from .capture import capture, load_torchscript
 from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck, compare
 from .errors import CheckFailedError, TractError, UsageError

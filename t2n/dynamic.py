@@ -180,9 +180,7 @@ class SymbolicShapes:
     def out_shapes(self, schema, inputs: list, op_name: str):
         """Output shapes (one per tensor output, None elsewhere), or None when PyTorch cannot
         compute them symbolically."""
-        import torch
 
-        from .errors import ConversionError
 
         key = (str(schema), _key(inputs))
         if key in self._cache:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -65,13 +65,6 @@ class _View:
     base: object  # the TorchScript value of the root tensor
     chain: list  # [(op name, resolved args after self)]
     version: int
-
-
-@dataclass
-class WalkResult:
-    graph: Graph
-    outputs: list  # Tensor handles or constant torch tensors, flattened in order
-    tracer_warnings: list = field(default_factory=list)
 
 
 def source_location(node) -> str | None:

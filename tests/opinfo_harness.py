@@ -24,7 +24,6 @@ import warnings
 from dataclasses import dataclass, field
 from itertools import islice
 
-import numpy as np
 import torch
 
 RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "cauchy",
