@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from t2n.registry import aten
+from op_mappings.math_unary import is_nan
 from op_mappings.slicing import _bounds
 
 # aten reduce name -> tract reduction
@@ -139,7 +140,7 @@ def _propagate_nan(g, out, axis, index, src):
     """tract's scatter max/min skip a NaN update; PyTorch's amax/amin return NaN where one
     lands (a NaN already in self stays NaN in both)."""
     src = _slice_to(g, g.cast(src, out.dtype), index.shape)
-    nan = g.cast(g.op("tract_core_is_nan", src, out_dtype=torch.bool), out.dtype)
+    nan = g.cast(is_nan(g, src), out.dtype)  # x != x for f64 (tract_core_is_nan lacks it)
     hits = scatter_elements(g, g.broadcast_to(g.scalar(0, out.dtype), out.shape), axis, index,
                             nan, "add")
     hit = g.binary("gt", hits, g.scalar(0, out.dtype), out.dtype, out_dtype=torch.bool)

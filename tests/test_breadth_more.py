@@ -58,3 +58,41 @@ def test_fft_dynamic_transform_axis_is_refused():
     with pytest.raises(t2n.UnsupportedOperatorsError, match="dynamic size"):
         t2n.export(Fn(lambda x: torch.fft.irfft(x, n=10)), (torch.randn(3, 6),),
                    "/tmp/never.nnef", input_names=["x"], dynamic_axes={"x": {1: "S"}})
+
+
+# ---------------------------------------------------------------------------- segment_reduce
+SEG_DATA = torch.tensor([1.0, 5.0, 2.0, -3.0, 4.0, 7.0, float("nan"), 0.5])
+
+
+@pytest.mark.parametrize("initial", [None, 10.0], ids=["no_initial", "initial"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+def test_segment_reduce_lengths_with_empty_segments(reduce, initial):
+    lengths = torch.tensor([0, 2, 0, 3, 1, 2, 0])  # empty first, middle and last; NaN in one
+    assert_exports(Fn(lambda d, l: torch.segment_reduce(d, reduce, lengths=l, initial=initial)),
+                   (SEG_DATA, lengths),
+                   more_args=[(SEG_DATA.flip(0), torch.tensor([8, 0, 0, 0, 0, 0, 0]))])
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+def test_segment_reduce_offsets_2d_rows(reduce):
+    torch.manual_seed(0)
+    offsets = torch.tensor([0, 3, 3, 5, 6])
+    assert_exports(Fn(lambda d, o: torch.segment_reduce(d, reduce, offsets=o, axis=0)),
+                   (torch.randn(6, 3), offsets))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_segment_reduce_batched_lengths_axis1(reduce):
+    torch.manual_seed(0)
+    lengths = torch.tensor([[2, 0, 3, 1], [1, 1, 1, 3]])
+    assert_exports(Fn(lambda d, l: torch.segment_reduce(d, reduce, lengths=l, axis=1,
+                                                        initial=-1.0)),
+                   (torch.randn(2, 6, 3, dtype=torch.float64), lengths))
+
+
+def test_segment_reduce_dynamic_rows():
+    assert_exports(Fn(lambda d, l: torch.segment_reduce(d, "sum", lengths=l)),
+                   (torch.randn(6, 2), torch.tensor([2, 4])),
+                   input_names=["d", "l"], dynamic_axes={"d": {0: "N"}, "l": {0: "S"}},
+                   more_args=[(torch.randn(9, 2), torch.tensor([1, 0, 5, 3])),
+                              (torch.randn(1, 2), torch.tensor([1]))])
