@@ -143,3 +143,36 @@ def _runtime_mask_positions(g, k, mask):
             c = g.binary("sub", c, g.binary("mul", outer, g.scalar(shape[j], torch.int64)))
         cols.append(c)
     return cols
+
+
+def clamp_indices(g, self, indices):
+    """Each index tensor clamped to ``[-size, size - 1]`` of its axis, as PyTorch's
+    ``_unsafe_masked_index*`` kernels do: an index under a false mask may be out of range,
+    and must not reach tract's gather (which aborts on it)."""
+    out = []
+    for axis, idx in enumerate(indices):
+        if idx is None:
+            out.append(None)
+            continue
+        if idx.dtype not in (torch.int64, torch.int32):
+            raise g.error(f"indices[{axis}]: must be int64 or int32, got {idx.dtype}")
+        n = self.shape[axis]
+        lo = g.binary("max", idx, g.binary("sub", g.scalar(0, idx.dtype),
+                                           g.scalar(n, idx.dtype), idx.dtype), idx.dtype)
+        out.append(g.binary("min", lo, g.binary("sub", g.scalar(n, idx.dtype),
+                                                 g.scalar(1, idx.dtype), idx.dtype), idx.dtype))
+    return out
+
+
+@aten("_unsafe_masked_index")
+def _unsafe_masked_index(g, self, mask, indices, fill):
+    """``where(mask, self[clamped indices], fill)`` (the mask broadcasts with the result)."""
+    from op_mappings.scatter import select
+
+    if mask.dtype != torch.bool:
+        raise g.error(f"mask: must be bool, got {mask.dtype}")
+    indices = list(indices)
+    if any(isinstance(d, int) and d == 0 for d in self.shape) and g.node is not None:
+        return g.broadcast_to(g.as_tensor(fill, self.dtype), g.out_shape())  # all `fill`
+    picked = index(g, self, clamp_indices(g, self, indices))
+    return select(g, mask, picked, g.as_tensor(fill, picked.dtype))

@@ -224,3 +224,17 @@ def put(g, self, index, source, accumulate=False):
     src = g.reshape(src, list(idx.shape)) if src.rank != 1 else src
     out = index_put(g, flat, [idx], src, accumulate)
     return g.reshape(out, list(self.shape))
+
+
+@aten("_unsafe_masked_index_put_accumulate")
+def _unsafe_masked_index_put_accumulate(g, self, mask, indices, values):
+    """``index_put(self, clamped indices, where(mask, values, 0), accumulate=True)``."""
+    from op_mappings.index import clamp_indices
+
+    if mask.dtype != torch.bool:
+        raise g.error(f"mask: must be bool, got {mask.dtype}")
+    if any(isinstance(d, int) and d == 0 for d in self.shape):
+        return self
+    values = g.cast(values, self.dtype)
+    masked = select(g, mask, values, g.scalar(0, self.dtype))
+    return index_put(g, self, clamp_indices(g, self, list(indices)), masked, True)

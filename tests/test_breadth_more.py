@@ -96,3 +96,41 @@ def test_segment_reduce_dynamic_rows():
                    input_names=["d", "l"], dynamic_axes={"d": {0: "N"}, "l": {0: "S"}},
                    more_args=[(torch.randn(9, 2), torch.tensor([1, 0, 5, 3])),
                               (torch.randn(1, 2), torch.tensor([1]))])
+
+
+# ---------------------------------------------------------------------------- masked index
+def _mi_inputs():
+    torch.manual_seed(0)
+    x = torch.randn(4, 5)
+    rows = torch.tensor([[-1], [0], [3], [9]])          # 9: out of range, masked off
+    cols = torch.tensor([[0, 4, -5, -7, 2, 12]])        # -7, 12: out of range, masked off
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[3, :] = False
+    mask[:, 3] = False
+    mask[:, 5] = False
+    mask[1, 1] = False
+    return x, mask, rows, cols
+
+
+@pytest.mark.parametrize("idx_dtype", [torch.int64, torch.int32], ids=["i64", "i32"])
+def test_unsafe_masked_index(idx_dtype):
+    x, mask, rows, cols = _mi_inputs()
+    f = Fn(lambda x, m, r, c: torch.ops.aten._unsafe_masked_index(x, m, [r, c], -2.5))
+    assert_exports(f, (x, mask, rows.to(idx_dtype), cols.to(idx_dtype)))
+
+
+def test_unsafe_masked_index_one_axis_and_none():
+    x = torch.arange(12.0).reshape(3, 4)
+    idx = torch.tensor([3, -4, 7, 0])
+    mask = torch.tensor([True, True, False, True])
+    f = Fn(lambda x, m, i: torch.ops.aten._unsafe_masked_index(x, m, [None, i], 0.5))
+    assert_exports(f, (x, mask, idx))
+
+
+def test_unsafe_masked_index_put_accumulate_duplicates():
+    x, mask, rows, cols = _mi_inputs()
+    rows = torch.tensor([[0], [0], [-1], [9]])  # duplicate rows accumulate
+    values = torch.randn(4, 6)
+    f = Fn(lambda x, m, r, c, v:
+           torch.ops.aten._unsafe_masked_index_put_accumulate(x, m, [r, c], v))
+    assert_exports(f, (x, mask, rows, cols, values))
