@@ -630,3 +630,31 @@ def as_strided_scatter(g, self, src, size, stride, storage_offset=None):
     updates = g.reshape(g.cast(src, self.dtype), [int(idx.size)])
     out = g.op("tract_core_scatter_nd", flat, positions, updates, out_shape=[numel])
     return g.reshape(out, list(self.shape))
+
+
+@aten("_chunk_cat")
+def _chunk_cat(g, tensors, dim, num_chunks):
+    """Each tensor zero-padded along ``dim`` to a multiple of ``num_chunks``, viewed as
+    ``[*lead, num_chunks, -1]`` (chunk k holds rows ``k*c .. (k+1)*c`` with what follows them
+    flattened), then all concatenated on the last axis (PyTorch's decomposition)."""
+    tensors = list(tensors)
+    if num_chunks < 1 or not tensors:
+        raise g.error("num_chunks must be positive and tensors non-empty")
+    if len({t.rank for t in tensors}) == 1:
+        dim = dim % tensors[0].rank
+    elif dim < 0:
+        raise g.error("dim: must be non-negative when the tensors differ in rank")
+    parts = []
+    for t in tensors:
+        sizes = t.shape[dim:]
+        if not all(isinstance(n, int) for n in sizes):
+            raise g.error(f"tensors: the axes from dim {dim} on must be static, got {sizes}")
+        n = sizes[0]
+        padded = (n + num_chunks - 1) // num_chunks * num_chunks
+        if padded != n:
+            zshape = list(t.shape)
+            zshape[dim] = padded - n
+            t = g.concat([t, g.broadcast_to(g.scalar(0, t.dtype), zshape)], dim)
+        rest = padded * int(np.prod(sizes[1:], dtype=np.int64)) // num_chunks
+        parts.append(g.reshape(t, list(t.shape[:dim]) + [num_chunks, rest]))
+    return g.concat(parts, dim + 1)

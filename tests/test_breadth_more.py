@@ -134,3 +134,23 @@ def test_unsafe_masked_index_put_accumulate_duplicates():
     f = Fn(lambda x, m, r, c, v:
            torch.ops.aten._unsafe_masked_index_put_accumulate(x, m, [r, c], v))
     assert_exports(f, (x, mask, rows, cols, values))
+
+
+# ---------------------------------------------------------------------------- _chunk_cat
+@pytest.mark.parametrize("dim,chunks", [(0, 3), (1, 2), (-1, 4), (2, 1)])
+def test_chunk_cat(dim, chunks):
+    torch.manual_seed(0)
+    a, b = torch.randn(2, 5, 3), torch.randn(2, 5, 7)
+    if dim in (0,):
+        b = torch.randn(7, 5, 3)
+    elif dim == 1:
+        b = torch.randn(2, 3, 7)
+    assert_exports(Fn(lambda a, b: torch.ops.aten._chunk_cat([a, b], dim, chunks)), (a, b))
+
+
+def test_chunk_cat_int_and_dynamic_lead():
+    a = torch.arange(30).reshape(3, 10)
+    b = torch.arange(9).reshape(3, 3)
+    assert_exports(Fn(lambda a, b: torch.ops.aten._chunk_cat([a, b], 1, 4)), (a, b),
+                   input_names=["a", "b"], dynamic_axes={"a": {0: "B"}, "b": {0: "B"}},
+                   more_args=[(torch.arange(10).reshape(1, 10), torch.arange(3).reshape(1, 3))])
