@@ -128,6 +128,83 @@ aten("upsample_trilinear3d")(_upsample("linear", 3, True))
 aten("upsample_bicubic2d")(_upsample("cubic", 2, True))
 
 
+def _aa_filter(mode, x):
+    """PyTorch's antialias filters: triangle (linear) and Keys cubic with a = -0.5."""
+    x = np.abs(x)
+    if mode == "linear":
+        return np.where(x < 1.0, 1.0 - x, 0.0)
+    a = -0.5
+    near = ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    far = (((x - 5.0) * x + 8.0) * x - 4.0) * a
+    return np.where(x < 1.0, near, np.where(x < 2.0, far, 0.0))
+
+
+def _aa_matrix(mode, in_n, out_n, scale_factor, align_corners, real):
+    """The dense [out_n, in_n] weights of one axis, as PyTorch's ``_compute_weights_aa``
+    computes them (in the input's float type ``real``): a window of ``support`` around each
+    output centre (truncated bounds), filter stretched by the scale when downsampling,
+    weights normalised to sum 1."""
+    if align_corners:
+        scale = real((in_n - 1) / (out_n - 1)) if out_n > 1 else real(0.0)
+    elif scale_factor is not None and scale_factor > 0:
+        scale = real(1.0 / scale_factor)
+    else:
+        scale = real(in_n) / real(out_n)
+    taps = 2 if mode == "linear" else 4
+    support = real(taps * 0.5) * scale if scale >= 1.0 else real(taps * 0.5)
+    invscale = real(1.0) / scale if scale >= 1.0 else real(1.0)
+    m = np.zeros((out_n, in_n), dtype=real)
+    for i in range(out_n):  # export time only: the graph gets one matrix per axis
+        center = scale * real(i + 0.5)
+        xmin = max(int(center - support + real(0.5)), 0)
+        xmax = min(int(center + support + real(0.5)), in_n)
+        j = np.arange(xmin, xmax)
+        w = _aa_filter(mode, (j.astype(real) - center + real(0.5)) * invscale).astype(real)
+        total = w.sum(dtype=real)
+        m[i, xmin:xmax] = w / total if total != 0.0 else w
+    return m
+
+
+def resample_aa(g, x, mode, out_sizes, scale_factors, align_corners):
+    """Antialiased resampling: one contraction with a constant weight matrix per axis."""
+    from op_mappings.attention import einsum_op
+
+    n_sp = len(out_sizes)
+    real = np.float64 if x.dtype == torch.float64 else np.float32
+    letters = "abcdefgh"[:x.rank]
+    y = x
+    for k in reversed(range(n_sp)):  # the last axis first, as PyTorch's separable passes
+        axis = x.rank - n_sp + k
+        in_n, out_n = y.shape[axis], out_sizes[k]
+        if not isinstance(in_n, int) or not isinstance(out_n, int):
+            raise g.error("antialiased interpolation over a dynamic spatial axis is not "
+                          "supported")
+        sf = scale_factors[k] if scale_factors else None
+        w = g.const(torch.from_numpy(_aa_matrix(mode, in_n, out_n, sf, align_corners, real)))
+        out = letters[:axis] + "z" + letters[axis + 1:]
+        shape = list(y.shape)
+        shape[axis] = out_n
+        y = einsum_op(g, f"{letters},z{letters[axis]}->{out}", [y, w], shape, x.dtype)
+    return y
+
+
+def _upsample_aa(mode):
+    def fn(g, self, *args):
+        out, scales, align = _parse(g, self, 2, args, True)
+        if self.dtype not in (torch.float32, torch.float64):
+            raise g.error(f"antialiased {mode} interpolation of {self.dtype} tensors is not "
+                          "supported (float32/float64 only)")
+        return resample_aa(g, self, mode, out, scales, align)
+
+    fn.__name__ = f"upsample_{mode}_2d_aa"
+    fn.__qualname__ = fn.__name__
+    return fn
+
+
+aten("_upsample_bilinear2d_aa")(_upsample_aa("linear"))
+aten("_upsample_bicubic2d_aa")(_upsample_aa("cubic"))
+
+
 @aten("grid_sampler", "grid_sampler_2d")
 def grid_sampler(g, input, grid, interpolation_mode=0, padding_mode=0, align_corners=False):
     if input.rank != 4:

@@ -154,3 +154,32 @@ def test_chunk_cat_int_and_dynamic_lead():
     assert_exports(Fn(lambda a, b: torch.ops.aten._chunk_cat([a, b], 1, 4)), (a, b),
                    input_names=["a", "b"], dynamic_axes={"a": {0: "B"}, "b": {0: "B"}},
                    more_args=[(torch.arange(10).reshape(1, 10), torch.arange(3).reshape(1, 3))])
+
+
+# ---------------------------------------------------------------------------- antialiased resize
+AA_CASES = {
+    "down_size": dict(size=(4, 7)),
+    "up_size": dict(size=(13, 29)),
+    "mixed_scale": dict(scale_factor=(1.7, 0.45)),
+    "align_corners": dict(size=(5, 6), align_corners=True),
+    "to_one": dict(size=(1, 1)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("case", sorted(AA_CASES))
+def test_interpolate_antialias(case, mode, dtype):
+    torch.manual_seed(0)
+    kw = AA_CASES[case]
+    assert_exports(Fn(lambda x: torch.nn.functional.interpolate(x, mode=mode, antialias=True,
+                                                                **kw)),
+                   (torch.randn(2, 3, 10, 20, dtype=dtype),))
+
+
+def test_interpolate_antialias_dynamic_batch():
+    torch.manual_seed(0)
+    assert_exports(Fn(lambda x: torch.nn.functional.interpolate(x, size=(3, 5), mode="bicubic",
+                                                                antialias=True)),
+                   (torch.randn(2, 3, 9, 11),), input_names=["x"],
+                   dynamic_axes={"x": {0: "B"}}, more_args=[(torch.randn(5, 3, 9, 11),)])
