@@ -183,3 +183,65 @@ def test_interpolate_antialias_dynamic_batch():
                                                                 antialias=True)),
                    (torch.randn(2, 3, 9, 11),), input_names=["x"],
                    dynamic_axes={"x": {0: "B"}}, more_args=[(torch.randn(5, 3, 9, 11),)])
+
+
+# ---------------------------------------------------------------------------- histogram
+def _hist_data(dtype=torch.float32):
+    torch.manual_seed(0)
+    x = torch.randn(40, dtype=dtype)
+    # exact edges of linspace(-1, 1, 9), the range ends, outside values
+    x[:8] = torch.tensor([-1.0, -0.75, 0.0, 0.25, 1.0, -1.5, 2.0, 0.5], dtype=dtype)
+    return x
+
+
+HIST = {
+    "bins_only": lambda x, w: torch.histogram(x, 7),
+    "range": lambda x, w: torch.histogram(x, 8, range=(-1.0, 1.0)),
+    "range_weight_density": lambda x, w: torch.histogram(x, 8, range=(-1.0, 1.0), weight=w,
+                                                         density=True),
+    "weight": lambda x, w: torch.histogram(x, 5, weight=w),
+    "density": lambda x, w: torch.histogram(x, 3, density=True),
+    "degenerate_range": lambda x, w: torch.histogram(x, 4, range=(0.25, 0.25)),
+    "tensor_edges": lambda x, w: torch.histogram(x, torch.tensor([-2.0, -0.5, 0.0, 0.25, 3.0],
+                                                                  dtype=x.dtype), weight=w),
+    "tensor_edges_density": lambda x, w: torch.histogram(
+        x, torch.tensor([-1.0, 0.0, 0.5, 1.0], dtype=x.dtype), density=True),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("name", sorted(HIST))
+def test_histogram(name, dtype):
+    x = _hist_data(dtype)
+    w = torch.rand(40, dtype=dtype)
+    assert_exports(Fn(HIST[name]), (x, w), more_args=[(x.flip(0) * 3, w)])
+
+
+def test_histogram_nan_skipped_with_range_and_2d_input():
+    x = torch.tensor([[0.1, float("nan"), 0.9], [0.5, float("inf"), -0.2]])
+    assert_exports(Fn(lambda x: torch.histogram(x, 4, range=(0.0, 1.0))), (x,))
+
+
+def test_histogram_all_equal_values():
+    assert_exports(Fn(lambda x: torch.histogram(x, 3)), (torch.full((6,), 2.0),),
+                   more_args=[(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),)])
+
+
+HISTDD = {
+    "int_bins": lambda x, w, a, b: torch.histogramdd(x, 3),
+    "list_bins_range_weight": lambda x, w, a, b: torch.histogramdd(
+        x, [4, 2], range=[-1.0, 1.0, 0.0, 2.0], weight=w),
+    "density": lambda x, w, a, b: torch.histogramdd(x, [2, 5], density=True),
+    "tensor_edges": lambda x, w, a, b: torch.histogramdd(x, [a, b], weight=w, density=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HISTDD))
+def test_histogramdd(name):
+    torch.manual_seed(0)
+    x = torch.randn(3, 10, 2)
+    x[0, 0] = torch.tensor([-1.0, 2.0])
+    w = torch.rand(3, 10)
+    a = torch.tensor([-2.0, -0.5, 0.0, 1.0, 3.0])
+    b = torch.tensor([-1.0, 0.5, 2.0])
+    assert_exports(Fn(HISTDD[name]), (x, w, a, b))
