@@ -205,10 +205,12 @@ aten("_upsample_bilinear2d_aa")(_upsample_aa("linear"))
 aten("_upsample_bicubic2d_aa")(_upsample_aa("cubic"))
 
 
-@aten("grid_sampler", "grid_sampler_2d")
+@aten("grid_sampler", "grid_sampler_2d", "grid_sampler_3d")
 def grid_sampler(g, input, grid, interpolation_mode=0, padding_mode=0, align_corners=False):
-    if input.rank != 4:
-        raise g.error("grid_sample is supported for 4-D inputs only")
+    """tract's grid_sample takes 4-D (bilinear/nearest/bicubic) and 5-D inputs (trilinear,
+    nearest: PyTorch has no 3-D bicubic)."""
+    if input.rank not in (4, 5):
+        raise g.error("grid_sample is supported for 4-D and 5-D inputs only")
     modes = {0: "bilinear", 1: "nearest", 2: "bicubic"}
     pads = {0: "zeros", 1: "border", 2: "reflection"}
     out = list(g.out_shape()) if g.node is not None else None

@@ -245,3 +245,15 @@ def test_histogramdd(name):
     a = torch.tensor([-2.0, -0.5, 0.0, 1.0, 3.0])
     b = torch.tensor([-1.0, 0.5, 2.0])
     assert_exports(Fn(HISTDD[name]), (x, w, a, b))
+
+
+# ---------------------------------------------------------------------------- grid_sampler_3d
+@pytest.mark.parametrize("align", [False, True], ids=["no_align", "align"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_grid_sample_3d(mode, padding, align):
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 5, 6)
+    grid = torch.rand(2, 3, 4, 2, 3) * 2.6 - 1.3  # some points outside [-1, 1]
+    assert_exports(Fn(lambda x, gr: torch.nn.functional.grid_sample(
+        x, gr, mode=mode, padding_mode=padding, align_corners=align)), (x, grid))
