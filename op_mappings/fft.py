@@ -162,3 +162,59 @@ def fft_hfft(g, self, n=None, dim=-1, norm=None):
 @aten("fft_hfft2", "fft_hfftn")
 def fft_hfftn(g, self, s=None, dim=None, norm=None):
     return irfftn_of_real(g, self, s, dim, _SWAP[_norm(g, norm)])
+
+
+@aten("stft")
+def stft(g, self, n_fft, hop_length=None, win_length=None, window=None, normalized=False,
+         onesided=None, return_complex=None, align_to_window=None):
+    """``return_complex=False`` only (a real ``[..., freq, frames, 2]`` tensor): frames are a
+    gather of constant indices, the window a product, the DFT two contractions with constant
+    cos/-sin matrices. ``center`` padding is done by ``torch.stft`` before this op (a traced
+    ``pad``)."""
+    if return_complex is not False:
+        raise g.error("return_complex: complex outputs are not supported (tract has no complex "
+                      "dtype); use return_complex=False")
+    if align_to_window:
+        raise g.error("align_to_window=True is not supported")
+    if self.dtype not in (torch.float32, torch.float64) or self.rank not in (1, 2):
+        raise g.error("self: a 1-D or 2-D float32/float64 signal is required")
+    length = self.shape[-1]
+    if not isinstance(length, int):
+        raise g.error("self: the signal length must be static (it fixes the frame count)")
+    hop = hop_length if hop_length is not None else n_fft // 4
+    win = win_length if win_length is not None else n_fft
+    if not (0 < n_fft <= length and hop > 0 and 0 < win <= n_fft):
+        raise g.error(f"n_fft={n_fft}, hop_length={hop}, win_length={win} are invalid for a "
+                      f"signal of length {length}")
+    d = self.dtype
+    x = self if self.rank == 2 else g.unsqueeze(self, [0])
+    n_frames = 1 + (length - n_fft) // hop
+    starts = torch.arange(n_frames).reshape(-1, 1) * hop + torch.arange(n_fft).reshape(1, -1)
+    frames = g.gather(x, g.const(starts), 1)  # [B, frames, n_fft]
+    left = (n_fft - win) // 2
+    if window is not None:
+        w = g.cast(window, d)
+        if win < n_fft:
+            w = g.concat([g.broadcast_to(g.scalar(0.0, d), [left]), w,
+                          g.broadcast_to(g.scalar(0.0, d), [n_fft - win - left])], 0)
+        frames = g.binary("mul", frames, w, d)
+    elif win < n_fft:
+        ones = torch.zeros(n_fft, dtype=d)
+        ones[left:left + win] = 1
+        frames = g.binary("mul", frames, g.const(ones), d)
+    bins = n_fft // 2 + 1 if onesided is not False else n_fft
+    j = np.arange(n_fft, dtype=np.float64)[:, None]
+    k = np.arange(bins, dtype=np.float64)[None, :]
+    theta = 2 * np.pi * ((j * k) % n_fft) / n_fft
+    scale = 1.0 / np.sqrt(n_fft) if normalized else 1.0
+    cd = torch.float64 if (d == torch.float64 or n_fft > _F64_FROM) else torch.float32
+    frames = g.cast(frames, cd)
+    parts = []
+    for m in (np.cos(theta) * scale, -np.sin(theta) * scale):
+        wm = g.const(torch.from_numpy(m).to(cd))
+        part = g.op("tract_core_einsum", [frames, wm], expr="bfn,nk->bkf",
+                    acc=dtypes.tract_name(cd), output="", out_dtype=cd,
+                    out_shape=[x.shape[0], bins, n_frames])
+        parts.append(g.unsqueeze(part, [3]))
+    out = g.cast(g.concat(parts, 3), d)
+    return out if self.rank == 2 else g.squeeze(out, [0])

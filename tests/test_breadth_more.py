@@ -257,3 +257,32 @@ def test_grid_sample_3d(mode, padding, align):
     grid = torch.rand(2, 3, 4, 2, 3) * 2.6 - 1.3  # some points outside [-1, 1]
     assert_exports(Fn(lambda x, gr: torch.nn.functional.grid_sample(
         x, gr, mode=mode, padding_mode=padding, align_corners=align)), (x, grid))
+
+
+# ---------------------------------------------------------------------------- stft (real view)
+STFT = {
+    "defaults": lambda x, w: torch.stft(x, 16, return_complex=False),
+    "hann_hop": lambda x, w: torch.stft(x, 16, hop_length=5, window=w, return_complex=False),
+    "short_window": lambda x, w: torch.stft(x, 16, win_length=10, window=w[:10],
+                                            return_complex=False),
+    "short_rect_window": lambda x, w: torch.stft(x, 16, win_length=9, return_complex=False),
+    "no_center_normalized": lambda x, w: torch.stft(x, 12, center=False, normalized=True,
+                                                    return_complex=False),
+    "two_sided_constant_pad": lambda x, w: torch.stft(x, 8, onesided=False, pad_mode="constant",
+                                                      return_complex=False),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", [False, True], ids=["1d", "2d"])
+@pytest.mark.parametrize("name", sorted(STFT))
+def test_stft_real_output(name, batch, dtype):
+    torch.manual_seed(0)
+    x = torch.randn(3, 90, dtype=dtype) if batch else torch.randn(90, dtype=dtype)
+    assert_exports(Fn(STFT[name]), (x, torch.hann_window(16, dtype=dtype)))
+
+
+def test_stft_complex_output_is_refused():
+    with pytest.raises(t2n.UnsupportedOperatorsError, match="return_complex"):
+        t2n.export(Fn(lambda x: torch.view_as_real(torch.stft(x, 8, return_complex=True))),
+                   (torch.randn(40),), "/tmp/never.nnef")
