@@ -232,14 +232,17 @@ def linalg_matrix_norm(g, self, ord="fro", dim=(-2, -1), keepdim=False, dtype=No
         return vector_norm_of(g, x, 2, axes, keepdim)
     if ord in (1, -1, float("inf"), float("-inf")):
         # max/min over columns (ord=+-1) or rows (ord=+-inf) of the absolute sums
-        r, c = axes
+        r, c = (d % x.rank for d in dim)  # in dim's order: dim=(1, 0) is the transpose
         inner, outer = (r, c) if ord in (1, -1) else (c, r)
         s = g.reduce("sum_reduce", g.unary("abs", x), [inner], keepdim=True)
         red = "max_reduce" if ord in (1, float("inf")) else "min_reduce"
         out = g.reduce(red, s, [outer], keepdim=True)
         del d
         return out if keepdim else g.squeeze(out, sorted(axes))
-    raise g.error(f"matrix norm ord={ord!r} needs singular values, which tract lacks")
+    if ord in ("nuc", 2, -2):
+        from op_mappings.linalg_spectral import spectral_matrix_norm
+        return spectral_matrix_norm(g, x, ord, axes, keepdim)
+    raise g.error(f"matrix norm ord={ord!r} is not supported")
 
 
 @aten("linalg_norm")
