@@ -505,12 +505,17 @@ class Graph:
         shape[axis] = (n + stride - 1) // stride if isinstance(n, int) else _ceil_div(n, stride)
         if isinstance(n, int) and n == 0:
             shape[axis] = 0
-        if stride > 1 and isinstance(n, int) and n > 0:
+        if stride > 1 and not (isinstance(n, int) and n == 0):
             # tract 0.23.9 miscompiles a strided slice (its Downsample op) pulled over a
             # softmax on the same axis (wrong values) or over a reshape ("Invalid axis" at
-            # load): a gather of constant, in-range indices is the same thing, safely
+            # load): a gather of in-range indices 0, stride, ... is the same thing, safely
             t = self.slice(t, axis, begin, end)
-            return self.gather(t, self.const(torch.arange(0, n, stride), torch.int64), axis)
+            if isinstance(n, int):
+                idx = self.const(torch.arange(0, n, stride), torch.int64)
+            else:
+                idx = self.binary("mul", self.arange(shape[axis]),
+                                  self.scalar(stride, torch.int64), torch.int64)
+            return self.gather(t, idx, axis)
         return self.op("slice", t, axes=[axis], begin=[begin], end=[end], stride=[stride],
                        out_shape=shape)
 
