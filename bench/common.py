@@ -145,8 +145,9 @@ def run_child(module: str, job: dict, timeout: float = 3600) -> dict:
                        capture_output=True, text=True, timeout=timeout, env=env)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or not lines:
-        tail = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return {"error": f"exit {p.returncode}: {tail[:300]}"}
+        lines_err = p.stderr.strip().splitlines() or ["(no output)"]
+        errors = [ln for ln in lines_err if "Error" in ln or "panicked" in ln]
+        return {"error": f"exit {p.returncode}: {(errors or lines_err)[-1][:300]}"}
     return json.loads(lines[-1])
 
 
