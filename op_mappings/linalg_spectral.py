@@ -267,7 +267,7 @@ def linalg_eigvalsh(g, self, UPLO="L"):
     return g.cast(eigvalsh_of(g, self, UPLO == "L"), g.out_dtype(0))
 
 
-@aten("linalg_svdvals", "_linalg_svdvals")
+@aten("linalg_svdvals")
 def linalg_svdvals(g, A, driver=None):
     _check_rect(g, A, "A")
     if S._empty(A.shape):
@@ -286,34 +286,46 @@ def _all_outputs_empty(g, count):
     return all(S._empty(g.out_shape(i)) for i in range(count))
 
 
-@aten("linalg_eigh", "_linalg_eigh")
-def linalg_eigh(g, self, UPLO="L", compute_v=True):
-    """Only the empty case (nothing to choose a sign for) and, without vectors, the values."""
-    S._check(g, self, "self", square=True)
-    count = 2
-    if _all_outputs_empty(g, count):
-        return tuple(S._fill(g, i) for i in range(count))
-    if compute_v is False:
-        vals = linalg_eigvalsh(g, self, UPLO)
-        return vals, S._fill(g, 1)
+@aten("linalg_eigh")
+def linalg_eigh(g, self, UPLO="L"):
+    return _linalg_eigh(g, self, UPLO, True)
+
+
+@aten("_linalg_eigh")
+def _linalg_eigh(g, A, UPLO="L", compute_v=True):
+    """Only the empty case (no sign to choose) and, without vectors, the values."""
+    S._check(g, A, "A", square=True)
+    if _all_outputs_empty(g, 2):
+        return S._fill(g, 0), S._fill(g, 1)
+    if not compute_v:
+        return linalg_eigvalsh(g, A, UPLO), S._fill(g, 1)
     raise _vectors_refused(g, "eigenvectors")
 
 
-@aten("linalg_svd", "_linalg_svd")
-def linalg_svd(g, A, full_matrices=True, compute_uv=True, driver=None):
+@aten("linalg_svd")
+def linalg_svd(g, A, full_matrices=True, driver=None):
+    return _linalg_svd(g, A, full_matrices, True, driver)
+
+
+@aten("_linalg_svd")
+def _linalg_svd(g, A, full_matrices=False, compute_uv=True, driver=None):
+    """Only the empty case and, without vectors (U and Vh then empty), the values."""
     _check_rect(g, A, "A")
     if _all_outputs_empty(g, 3):
         return tuple(S._fill(g, i) for i in range(3))
-    if compute_uv is False:
+    if not compute_uv:
         return S._fill(g, 0), linalg_svdvals(g, A), S._fill(g, 2)
     raise _vectors_refused(g, "singular vectors")
 
 
 @aten("svd")
 def svd(g, self, some=True, compute_uv=True):
+    """``compute_uv=False`` gives zero-filled U and V beside the values (no sign involved)."""
     _check_rect(g, self, "self")
     if _all_outputs_empty(g, 3):
         return tuple(S._fill(g, i) for i in range(3))
+    if not compute_uv:
+        return S._fill(g, 0), linalg_svdvals(g, self), S._fill(g, 2)
     raise _vectors_refused(g, "singular vectors")
 
 
@@ -388,18 +400,19 @@ def _tol_value(g, t, what):
 
 
 def _cutoff(g, smax, atol, rtol, default_rtol):
-    """``max(atol, rtol * smax)`` with PyTorch's defaults: rtol defaults to ``default_rtol``
-    when atol is absent (or a Python 0) and to 0 when atol is given."""
-    atol_given = atol is not None and not (isinstance(atol, (int, float)) and atol == 0)
+    """``max(atol, rtol * smax)`` with PyTorch's defaults (``get_atol_rtol``): an absent
+    rtol is 0 where atol > 0 and ``default_rtol`` elsewhere (also elementwise for a tensor
+    atol); an absent atol is 0."""
     a = _tol_value(g, atol, "atol")
-    if rtol is None:
-        r = g.scalar(0.0 if atol_given else default_rtol, WORK)
-        if atol is not None and not isinstance(atol, (int, float)):
-            # a tensor atol: PyTorch picks the default rtol where atol <= 0, elementwise
-            r = select(g, S._bool(g, "gt", a, g.scalar(0.0, WORK)), g.scalar(0.0, WORK),
-                       g.scalar(default_rtol, WORK))
-    else:
+    if rtol is not None:
         r = _tol_value(g, rtol, "rtol")
+    elif atol is None:
+        r = g.scalar(default_rtol, WORK)
+    elif isinstance(atol, (int, float)):
+        r = g.scalar(0.0 if atol > 0 else default_rtol, WORK)
+    else:
+        r = select(g, S._bool(g, "gt", a, g.scalar(0.0, WORK)), g.scalar(0.0, WORK),
+                   g.scalar(default_rtol, WORK))
     cut = g.binary("mul", r, smax, WORK)
     return cut if a is None else g.binary("max", a, cut, WORK)
 
@@ -410,18 +423,23 @@ def _unsqueeze_tail(g, t, k):
     return t if t.rank == 0 else g.unsqueeze(t, list(range(t.rank, t.rank + k)))
 
 
-def _rank_args(args):
-    """(atol, rtol, hermitian) of every linalg_matrix_rank overload."""
-    if len(args) == 2 and isinstance(args[1], bool):  # (tol, hermitian) overloads
-        return args[0], 0.0 if args[0] is not None else None, args[1]
-    atol, rtol, hermitian = (list(args) + [None, None, False])[:3]
-    return atol, rtol, hermitian
+def _tol_args(args):
+    """(atol, rtol, hermitian) of the overloads ``(atol, rtol, hermitian)`` (keyword
+    tolerances) and ``(tol, hermitian)`` (legacy: ``tol`` is ``atol`` for matrix_rank, the
+    ``rcond`` = ``rtol`` of pinv: the caller says which)."""
+    if len(args) == 3:
+        return tuple(args)
+    return args[0], None, (args[1] if len(args) > 1 else False)
 
 
-@aten("linalg_matrix_rank", "matrix_rank")
+@aten("linalg_matrix_rank")
 def linalg_matrix_rank(g, input, *args):
+    """Overloads ``(atol, rtol, hermitian)`` and the legacy ``(tol, hermitian)`` (tol is an
+    absolute tolerance with rtol = 0)."""
     m, n = _check_rect(g, input, "input")
-    atol, rtol, hermitian = _rank_args(args)
+    atol, rtol, hermitian = _tol_args(args)
+    if len(args) < 3:
+        rtol = 0.0
     if S._empty(g.out_shape(0)):
         return S._fill(g, 0)
     if m == 0 or n == 0:
@@ -466,15 +484,11 @@ def _pinv_tol(g, t):
 
 @aten("linalg_pinv")
 def linalg_pinv(g, self, *args):
-    """Overloads: (atol, rtol, hermitian) with tensors or floats, and (rcond, hermitian)."""
+    """Overloads: ``(atol, rtol, hermitian)`` with tensors or floats, ``(rcond, hermitian)``."""
     m, n = _check_rect(g, self, "self")
-    if len(args) <= 2 and (len(args) < 2 or isinstance(args[1], bool)) and args and \
-            not (len(args) == 1 and args[0] is None):
-        atol, rtol, hermitian = None, args[0], (args[1] if len(args) > 1 else False)
-        if isinstance(rtol, (int, float)):
-            rtol = float(rtol)
-    else:
-        atol, rtol, hermitian = (list(args) + [None, None, False])[:3]
+    atol, rtol, hermitian = _tol_args(args)
+    if len(args) < 3:  # PyTorch: linalg_pinv(self, atol=0, rtol=rcond)
+        atol, rtol = 0.0, atol
     if hermitian and m != n:
         raise g.error(f"self: hermitian=True needs square matrices, got {m} x {n}")
     if S._empty(g.out_shape(0)):

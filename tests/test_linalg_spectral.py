@@ -237,3 +237,8 @@ def test_vectors_of_empty_matrices():
     assert_exports(Fn(lambda x: torch.linalg.eigh(x)), (torch.zeros(0, 3, 3),))
     assert_exports(Fn(lambda x: torch.linalg.svd(x)), (torch.zeros(0, 0),))
     assert_exports(Fn(lambda x: torch.svd(x)), (torch.zeros(2, 0, 0),))
+
+
+def test_svd_without_vectors():
+    """torch.svd(compute_uv=False): zero-filled U and V beside the singular values."""
+    assert_exports(Fn(lambda x: torch.svd(x, compute_uv=False)), (_randn(2, 3, 5),))
