@@ -24,12 +24,22 @@ def _bounds(n, start, end):
             end += n
         start = min(max(start, 0), n)
         end = min(max(end, start), n)
-    else:  # a symbolic bound (dynamic axis): valid sizes keep it within the axis
+    else:  # a symbolic bound (dynamic axis): clamp with tract dim expressions
+        import sympy
+
         if isinstance(start, int) and start < 0:
             start = n + start
         if isinstance(end, int) and end < 0:
             end = n + end
+        start = sympy.Max(0, sympy.Min(n, start))
+        end = sympy.Max(start, sympy.Min(n, end))
+        start, end = _plain(start), _plain(end)
     return start, end
+
+
+def _plain(expr):
+    """A sympy value that is a plain integer becomes an int again."""
+    return int(expr) if getattr(expr, "is_Integer", False) else expr
 
 
 @aten("slice")

@@ -418,18 +418,15 @@ def test_strided_slice_of_a_dynamic_axis_after_reshape():
                    more_args=[(torch.randn(3, 3),), (torch.randn(7, 3),)])
 
 
-@pytest.mark.xfail(strict=True, reason="known bug (op_mappings/slicing.py _bounds): a negative "
-                   "start with a positive end on a dynamic axis is not clamped like PyTorch; "
-                   "tract stops with 'Invalid range 4..2' at B=5")
 def test_mixed_sign_slice_bounds_on_a_dynamic_axis():
     from t2n.testing import assert_exports
 
     class M(torch.nn.Module):
         def forward(self, x):
-            return x[-1:2]
+            return x[-1:2], x[-3:], x[1:-1], x[-7:4], x[5:]
 
     assert_exports(M(), (torch.randn(2),), input_names=["x"], dynamic_axes={"x": {0: "B"}},
-                   more_args=[(torch.randn(5),)])
+                   more_args=[(torch.randn(5),), (torch.randn(1),), (torch.randn(9),)])
 
 
 @pytest.mark.xfail(strict=True, reason="known bug (dynamic reshape): x of shape (B, 1) reshaped "
