@@ -27,20 +27,27 @@ class TractRunError(Exception):
         super().__init__(message)
 
 
-def run_in_tract(archive: str, inputs: list[np.ndarray], timeout: float | None = 600,
-                 symbols: dict | None = None) -> list[np.ndarray]:
+def _child(args: list[str], workdir: str):
+    """The command and environment of a tract child. It starts in ``workdir`` (a private
+    temporary folder) so that stray modules in the user's current folder cannot shadow
+    numpy or tract, and it finds t2n itself through PYTHONPATH."""
+    env = dict(os.environ, RUST_BACKTRACE="0")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    return [sys.executable, "-m", "t2n.tract_runner", *args], dict(env=env, cwd=workdir)
+
+
+def run_in_tract(archive: str, inputs: list[np.ndarray],
+                 timeout: float | None = 600) -> list[np.ndarray]:
     """Outputs of the archive on ``inputs`` (positional), computed by tract in a child."""
     with tempfile.TemporaryDirectory(prefix="t2n-run-") as d:
         inp = os.path.join(d, "inputs.npz")
         out = os.path.join(d, "outputs.npz")
         np.savez(inp, *[np.asarray(a) for a in inputs])
-        env = dict(os.environ, RUST_BACKTRACE="0")
-        cmd = [sys.executable, "-m", "t2n.tract_runner", archive, inp, out]
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        cmd, kw = _child([os.path.abspath(archive), inp, out], d)
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                               stdin=subprocess.DEVNULL)
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                               stdin=subprocess.DEVNULL, **kw)
         except subprocess.TimeoutExpired:
             raise TractRunError(f"tract did not finish within {timeout:.0f} s", crashed=True) \
                 from None
@@ -73,13 +80,10 @@ class TractWorker:
         self._dir = tempfile.TemporaryDirectory(prefix="t2n-worker-")
 
     def _start(self):
-        env = dict(os.environ, RUST_BACKTRACE="0")
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         self._stderr = open(os.path.join(self._dir.name, "stderr.txt"), "w+")
-        self._proc = subprocess.Popen([sys.executable, "-m", "t2n.tract_runner", "--serve"],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=self._stderr, text=True, env=env)
+        cmd, kw = _child(["--serve"], self._dir.name)
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=self._stderr, text=True, **kw)
 
     def run(self, archive: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
         if self._proc is None or self._proc.poll() is not None:
@@ -87,7 +91,7 @@ class TractWorker:
         inp = os.path.join(self._dir.name, "in.npz")
         out = os.path.join(self._dir.name, "out.npz")
         np.savez(inp, *[np.asarray(a) for a in inputs])
-        self._proc.stdin.write(f"{archive}\t{inp}\t{out}\n")
+        self._proc.stdin.write(f"{os.path.abspath(archive)}\t{inp}\t{out}\n")
         self._proc.stdin.flush()
         line = self._proc.stdout.readline()
         if not line:
