@@ -17,15 +17,7 @@ import time
 import torch
 
 import t2n
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
+from t2n.testing import FunctionModule as Fn
 
 
 ROWS, D = 1000, 16

@@ -132,6 +132,11 @@ def _runtime_mask_positions(g, k, mask):
                        nonnegative=True)
     _, pos = g.op("tract_core_topk", key, count, axis=0, largest=True, outputs=2,
                   out_dtypes=[torch.int64, torch.int64], out_shapes=[[nnz], [nnz]])
+    return flat_positions_to_columns(g, pos, shape)
+
+
+def flat_positions_to_columns(g, pos, shape):
+    """Row-major flat positions into one index tensor per axis of ``shape`` (static)."""
     cols = []
     for j in range(len(shape)):
         stride = 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from op_mappings.index import _runtime_mask_positions
+from op_mappings.index import _runtime_mask_positions, flat_positions_to_columns
 from t2n import registry
 from t2n.registry import aten
 
@@ -62,16 +62,7 @@ def nonzero_static(g, self, size, fill_value=-1):
     key = g.binary("mul", flat, g.const(torch.arange(n, 0, -1)))
     _, pos = g.op("tract_core_topk", key, k, axis=0, largest=True, outputs=2,
                   out_dtypes=[torch.int64, torch.int64], out_shapes=[[k], [k]])
-    cols = []
-    for j in range(len(shape)):
-        stride = 1
-        for d in shape[j + 1:]:
-            stride *= d
-        c = g.binary("div", pos, g.scalar(stride, torch.int64)) if stride > 1 else pos
-        if j > 0:
-            outer = g.binary("div", pos, g.scalar(stride * shape[j], torch.int64))
-            c = g.binary("sub", c, g.binary("mul", outer, g.scalar(shape[j], torch.int64)))
-        cols.append(g.unsqueeze(c, [1]))
+    cols = [g.unsqueeze(c, [1]) for c in flat_positions_to_columns(g, pos, shape)]
     out = g.concat(cols, 1)  # [k, rank]
     valid = g.binary("lt", g.const(torch.arange(k).reshape(k, 1)), count, torch.int64,
                      out_dtype=torch.bool)

@@ -26,7 +26,21 @@ import os
 import shutil
 import tempfile
 
+import torch
+
 from .check import DEFAULT_ATOL, DEFAULT_RTOL
+
+
+class FunctionModule(torch.nn.Module):
+    """A module computing ``fn(*inputs)``: test a function of tensors without writing a
+    module class (every tensor argument becomes a runtime input of the export)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
 
 
 def assert_exports(model, args, *, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,

@@ -7,15 +7,7 @@ import torch.nn.functional as F
 
 from t2n.errors import UnsupportedOperatorsError
 from t2n.testing import assert_exports
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
+from t2n.testing import FunctionModule as Fn
 
 
 def _names(n):

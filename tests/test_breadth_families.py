@@ -8,15 +8,7 @@ import pytest
 import torch
 
 from t2n.testing import assert_exports
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
+from t2n.testing import FunctionModule as Fn
 
 
 EDGE = torch.tensor([0.0, -0.0, 1e-8, -1e-8, 0.5, -0.5, 3.0, -3.0, 1e4, float("inf"),

@@ -8,15 +8,7 @@ import torch
 
 import t2n
 from t2n.testing import assert_exports
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
+from t2n.testing import FunctionModule as Fn
 
 
 # ---------------------------------------------------------------------------- FFT

@@ -12,21 +12,13 @@ import t2n
 from t2n.errors import UnsupportedOperatorsError, UsageError
 from t2n.testing import assert_exports
 from test_attention import check, r
+from t2n.testing import FunctionModule as Fn
 
 
 def _graph_text(model, args, tmp_path, **kw):
     path = tmp_path / "m.nnef"
     t2n.export(model, args, str(path), **kw)
     return (path / "graph.nnef").read_text()
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 # ------------------------------------------------------------------ the freeze detector

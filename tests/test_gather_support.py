@@ -21,6 +21,7 @@ from t2n.api import torch_outputs
 from t2n.check import compare
 from t2n.errors import T2NError
 from t2n.tract_runner import TractRunError, TractWorker
+from t2n.testing import FunctionModule as Fn
 
 _WORKER: TractWorker | None = None
 
@@ -31,17 +32,6 @@ def _worker() -> TractWorker:
         _WORKER = TractWorker()
         atexit.register(_WORKER.close)
     return _WORKER
-
-
-class Fn(torch.nn.Module):
-    """A module computing ``fn(*inputs)``: every tensor argument is a runtime input."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
 
 
 def check(fn, *args, more=(), rtol=1e-4, atol=1e-5, **export_kwargs):

@@ -7,15 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from t2n.errors import T2NError
 from t2n.testing import assert_exports
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
+from t2n.testing import FunctionModule as Fn
 
 
 def put(*index, accumulate=False):

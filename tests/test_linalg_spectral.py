@@ -242,3 +242,25 @@ def test_vectors_of_empty_matrices():
 def test_svd_without_vectors():
     """torch.svd(compute_uv=False): zero-filled U and V beside the singular values."""
     assert_exports(Fn(lambda x: torch.svd(x, compute_uv=False)), (_randn(2, 3, 5),))
+
+
+def test_non_finite_inputs_give_nan():
+    """PyTorch raises on inf/NaN in an SVD; the exported graph cannot raise and returns NaN
+    for that matrix (never finite numbers)."""
+    x = _randn(3, 3, 3)
+    x[1, 2, 0] = float("inf")  # in the lower triangle, read by eigvalsh too
+    x[2, 1, 1] = float("nan")
+
+    class Guarded(torch.nn.Module):
+        def forward(self, a):
+            return (torch.linalg.svdvals(a), torch.linalg.eigvalsh(a),
+                    torch.linalg.matrix_norm(a, 2), torch.linalg.pinv(a))
+
+    path = "/tmp/t2n_spectral_nonfinite.nnef.tar"
+    t2n.export(Guarded(), (_randn(3, 3, 3),), path)
+    from t2n.tract_runner import run_in_tract
+    outs = run_in_tract(path, [x.numpy()])
+    for o in outs:
+        o = torch.as_tensor(o)
+        assert torch.isnan(o[1]).all() and torch.isnan(o[2]).all(), o
+        assert torch.isfinite(o[0]).all(), o

@@ -5,15 +5,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from t2n.testing import assert_exports
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
+from t2n.testing import FunctionModule as Fn
 
 
 # index with duplicates in every column (rows 0 and 3 hit twice, row 2 never)

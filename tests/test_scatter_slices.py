@@ -4,15 +4,7 @@ import pytest
 import torch
 
 from t2n.testing import assert_exports
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
+from t2n.testing import FunctionModule as Fn
 
 
 X = torch.randn(5, 7)
