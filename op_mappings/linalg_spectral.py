@@ -148,7 +148,7 @@ def _one_sided(g, b, with_v: bool = False):
     norms ``[..., 1, n]``, the orthogonalised ``b = A V``, ``V`` or None)."""
     n = b.shape[-1]
     r = b.rank - 2
-    v = S._batch_bcast(g, S._eye(g, n, n), b.shape[:-2]) if with_v else None
+    v = None  # the product of the rotations so far (the first one is V itself)
     for _ in range(sweeps(n)):
         for P, Q, act, role in _schedule(n):
             bp, bq = g.gather(b, _idx(g, P), r + 1), g.gather(b, _idx(g, Q), r + 1)
@@ -160,16 +160,22 @@ def _one_sided(g, b, with_v: bool = False):
             j = _rotation(g, c, s, n, P, Q, role)
             b = matmul_nd(g, b, j)
             if with_v:
-                v = matmul_nd(g, v, j)
+                v = j if v is None else matmul_nd(g, v, j)
     norms2 = g.reduce("sum_reduce", S._mul(g, b, b), [r], keepdim=True)
+    if with_v and v is None:  # n == 1: no rotation
+        v = S._batch_bcast(g, S._eye(g, n, n), b.shape[:-2])
     return norms2, b, v
 
 
 def _max_abs_scale(g, a):
-    """``max |a|`` over the matrix (``[..., 1, 1]``), 1 where the matrix is all zeros."""
+    """``max |a|`` over the matrix (``[..., 1, 1]``), 1 where the matrix is all zeros, NaN
+    where it holds an inf or NaN (PyTorch raises there; every result scaled by it is NaN,
+    so callers multiply by the scale after sorting or reducing)."""
     r = a.rank - 2
     m = g.reduce("max_reduce", g.unary("abs", a), [r, r + 1], keepdim=True)
-    return select(g, S._bool(g, "eq", m, g.scalar(0.0, WORK)), g.scalar(1.0, WORK), m)
+    m = select(g, S._bool(g, "eq", m, g.scalar(0.0, WORK)), g.scalar(1.0, WORK), m)
+    nonfinite = g.reduce("sum_reduce", S._sub(g, a, a), [r, r + 1], keepdim=True)  # 0 or NaN
+    return g.binary("add", m, nonfinite, WORK)
 
 
 def _sort_last(g, v, descending: bool):
@@ -240,16 +246,26 @@ def singular_values2(g, x, what: str = "self"):
     return norms2, scale, b, v, transposed
 
 
-def svdvals_of(g, x, what: str = "self", sort: bool = True):
-    """Singular values of ``x`` ``[..., m, n]`` as float64 ``[..., min(m, n)]``, descending
-    (or in Jacobi order when ``sort`` is False, for reductions)."""
+def scaled_svdvals(g, x, what: str = "self"):
+    """(singular values of ``x / scale`` in Jacobi order ``[..., 1, k]``, ``scale``
+    ``[..., 1, 1]``): reductions run on the first and multiply by the second."""
     a, _ = _oriented(g, x, what)
     scale = _max_abs_scale(g, a)
     norms2, _, _ = _one_sided(g, S._div(g, a, scale))
-    s = S._mul(g, g.unary("sqrt", norms2), scale)
-    if sort:
-        s = _sort_last(g, s, descending=True)
+    return g.unary("sqrt", norms2), scale
+
+
+def svdvals_of(g, x, what: str = "self"):
+    """Singular values of ``x`` ``[..., m, n]``, float64 ``[..., min(m, n)]``, descending."""
+    s, scale = scaled_svdvals(g, x, what)
+    s = S._mul(g, _sort_last(g, s, descending=True), scale)
     return g.squeeze(s, [s.rank - 2])
+
+
+def _reduce_last(g, kind, s, scale):
+    """A max/min/sum of the scaled values, times the scale, as ``[...]``."""
+    out = S._mul(g, g.reduce(kind, s, [s.rank - 1], keepdim=True), scale)
+    return S._squeeze2(g, out)
 
 
 def _batch_empty(x) -> bool:
@@ -342,9 +358,9 @@ def spectral_matrix_norm(g, x, ord, axes, keepdim):
             raise g.error(f"ord={ord!r}: the spectral norm of an empty matrix is undefined")
         out = g.broadcast_to(g.scalar(0.0, x.dtype), list(xm.shape[:-2]))
     else:
-        s = svdvals_of(g, xm, "self", sort=False)
+        s, scale = scaled_svdvals(g, xm, "self")
         kind = {"nuc": "sum_reduce", 2: "max_reduce", -2: "min_reduce"}[ord]
-        out = g.cast(g.reduce(kind, s, [s.rank - 1], keepdim=False), x.dtype)
+        out = g.cast(_reduce_last(g, kind, s, scale), x.dtype)
     return g.unsqueeze(out, sorted((r, c))) if keepdim else out
 
 
@@ -368,14 +384,14 @@ def linalg_cond(g, self, p=None):
         return S._fill(g, 0, 0.0)
     dt = g.out_dtype(0)
     if p in (None, 2, -2, "nuc"):
-        s = svdvals_of(g, self, "self", sort=False)
+        s, scale = scaled_svdvals(g, self, "self")
         if p == "nuc":  # PyTorch: sum(s) * sum(1 / s), straight from the singular values
-            out = S._mul(g, g.reduce("sum_reduce", s, [s.rank - 1], keepdim=False),
-                         g.reduce("sum_reduce", g.unary("recip", s), [s.rank - 1],
-                                  keepdim=False))
+            out = S._mul(g, _reduce_last(g, "sum_reduce", s, scale),
+                         _reduce_last(g, "sum_reduce", g.unary("recip", s),
+                                      g.unary("recip", scale)))
             return g.cast(out, dt)
-        hi = g.reduce("max_reduce", s, [s.rank - 1], keepdim=False)
-        lo = g.reduce("min_reduce", s, [s.rank - 1], keepdim=False)
+        hi = _reduce_last(g, "max_reduce", s, scale)
+        lo = _reduce_last(g, "min_reduce", s, scale)
         return g.cast(S._div(g, hi, lo) if p != -2 else S._div(g, lo, hi), dt)
     from op_mappings.statistics import linalg_matrix_norm
     inv, info = S._inv(g, g.cast(self, dt))
@@ -447,7 +463,7 @@ def linalg_matrix_rank(g, input, *args):
     if hermitian:
         s = g.unary("abs", eigvalsh_of(g, input, True, "input"))
     else:
-        s = svdvals_of(g, input, "input", sort=False)
+        s = svdvals_of(g, input, "input")
     smax = g.reduce("max_reduce", s, [s.rank - 1], keepdim=True)
     atol_t = _unsqueeze_tail(g, g.cast(atol, WORK), 1) if atol is not None and \
         not isinstance(atol, (int, float)) else atol
@@ -552,7 +568,7 @@ def linalg_lstsq(g, self, b, rcond=None, driver=None):
         outs[1] = g.cast(g.reduce("sum_reduce", S._mul(g, res, res), [res.rank - 2],
                                   keepdim=False), g.out_dtype(1))
     if driver != "gels" and not S._empty(g.out_shape(2)):
-        s = svdvals_of(g, a, "self", sort=True)
+        s = svdvals_of(g, a, "self")
         smax = g.reduce("max_reduce", s, [s.rank - 1], keepdim=True)
         big = S._bool(g, "gt", s, S._mul(g, smax, rc))
         outs[2] = g.reduce("sum_reduce", g.cast(big, torch.int64), [s.rank - 1], keepdim=False)
