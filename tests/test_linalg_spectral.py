@@ -111,6 +111,20 @@ def test_svdvals_f64_relative_accuracy(kind):
     assert_exports(Fn(torch.linalg.svdvals), (a.T.contiguous(),), rtol=0, atol=1e-14)
 
 
+def test_svdvals_16_f64_hard():
+    """The largest size with the slowest kinds measured: half rank, columns over 12 decades."""
+    half = _with_singular([1.0] * 8 + [0.0] * 8, 18, seed=4)
+    graded = _randn(16, 16, dtype=torch.float64, seed=5) * 10.0 ** -torch.linspace(0, 12, 16,
+                                                                               dtype=torch.float64)
+    assert_exports(Fn(lambda a, b: (torch.linalg.svdvals(a), torch.linalg.svdvals(b))),
+                   (half, graded), rtol=0, atol=1e-13)
+
+
+def test_pinv_f64_tight():
+    a = _randn(2, 12, 16, dtype=torch.float64, seed=6)
+    assert_exports(Fn(torch.linalg.pinv), (a,), rtol=1e-9, atol=1e-12)
+
+
 def test_svdvals_rank_deficient_and_empty():
     a, b = _randn(6, 2), _randn(5, 2, seed=1)
     assert_exports(Fn(lambda x, y: torch.linalg.svdvals(x @ y.T)), (a, b))
