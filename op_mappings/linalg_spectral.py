@@ -221,7 +221,7 @@ def _lower_symmetric(g, a, lower: bool = True):
 def eigvalsh_of(g, x, lower: bool = True, what: str = "self"):
     """Ascending eigenvalues of the symmetric matrices in ``x`` (read from one triangle),
     float64 ``[..., n]``."""
-    n, _ = S._check(g, x, what, square=True)
+    S._check(g, x, what, square=True)
     a = _lower_symmetric(g, S._work(g, x), lower)
     scale = _max_abs_scale(g, a)
     ev = _sym_jacobi(g, S._div(g, a, scale))
@@ -296,14 +296,10 @@ def _reduce_last(g, kind, s, scale):
     return S._squeeze2(g, out)
 
 
-def _batch_empty(x) -> bool:
-    return S._empty(x.shape[:-2])
-
-
 # ---------------------------------------------------------------------------- eigvalsh / svdvals
 @aten("linalg_eigvalsh")
 def linalg_eigvalsh(g, self, UPLO="L"):
-    n, _ = S._check(g, self, "self", square=True)
+    S._check(g, self, "self", square=True)
     if UPLO not in ("L", "U"):
         raise g.error(f"UPLO: expected 'L' or 'U', got {UPLO!r}")
     if S._empty(self.shape):
@@ -406,7 +402,9 @@ def linalg_cond(g, self, p=None):
     ``sum(s) * sum(1/s)``, other p ``|A|_p * |A^-1|_p`` (inf where A is singular). An
     exactly singular matrix gives inf/NaN here where LAPACK's float32 rounding leaves a tiny
     nonzero singular value (a huge finite ratio)."""
-    m, n = _check_rect(g, self, "self") if p in (None, 2, -2) else \
+    if p in (None, 2, -2):
+        _check_rect(g, self, "self")
+    else:
         S._check(g, self, "self", square=True)
     if S._empty(self.shape):
         return S._fill(g, 0, 0.0)
@@ -434,7 +432,7 @@ def linalg_cond(g, self, p=None):
 
 
 # ---------------------------------------------------------------------------- rank, pinv
-def _tol_value(g, t, what):
+def _tol_value(g, t):
     """A tolerance given as None, a Python number or a tensor: None or a float64 tensor."""
     if t is None:
         return None
@@ -447,9 +445,9 @@ def _cutoff(g, smax, atol, rtol, default_rtol):
     """``max(atol, rtol * smax)`` with PyTorch's defaults (``get_atol_rtol``): an absent
     rtol is 0 where atol > 0 and ``default_rtol`` elsewhere (also elementwise for a tensor
     atol); an absent atol is 0."""
-    a = _tol_value(g, atol, "atol")
+    a = _tol_value(g, atol)
     if rtol is not None:
-        r = _tol_value(g, rtol, "rtol")
+        r = _tol_value(g, rtol)
     elif atol is None:
         r = g.scalar(default_rtol, WORK)
     elif isinstance(atol, (int, float)):
@@ -577,7 +575,8 @@ def linalg_lstsq(g, self, b, rcond=None, driver=None):
     vector = b.rank == self.rank - 1
     bb = g.unsqueeze(b, [b.rank]) if vector else b
     if bb.rank < 2 or not bb.dtype.is_floating_point:
-        raise g.error(f"b: expected a floating-point matrix or vector, got {bb.dtype} rank {b.rank}")
+        raise g.error(f"b: expected a floating-point matrix or vector, got {bb.dtype} "
+                      f"of rank {b.rank}")
     if driver in ("gelsd", "gelss") and m > n:
         raise g.error(f"driver={driver!r}: with m > n PyTorch returns residuals only when "
                       "every matrix has full rank at run time (a data-dependent shape)")

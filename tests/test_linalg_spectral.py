@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
+import t2n
 from t2n.errors import T2NError
 from t2n.testing import assert_exports
-import t2n
 
 
 class Fn(torch.nn.Module):
@@ -222,6 +222,21 @@ def test_lstsq_vector_rhs_broadcast_and_rcond():
                    (_randn(3, 4, 2, seed=2), _randn(1, 4, 3, seed=3)))
     assert_exports(Fn(lambda x, y: torch.linalg.lstsq(x, y, rcond=0.5, driver="gelsd")),
                    (_low_rank(4)[0], _randn(5, 2)))
+
+
+def test_lstsq_gelsy_rank_deficient_f64():
+    """gelsy's rank detection and minimum-norm solution on exactly rank-2 matrices."""
+    a = _randn(2, 6, 2, dtype=torch.float64, seed=3) @ _randn(2, 2, 4, dtype=torch.float64,
+                                                               seed=4)
+    b = _randn(2, 6, 3, dtype=torch.float64, seed=5)
+    assert_exports(Fn(lambda x, y: torch.linalg.lstsq(x, y)), (a, b), rtol=1e-8, atol=1e-10)
+
+
+def test_pinv_lstsq_dynamic_batch():
+    assert_exports(Fn(lambda x, y: (torch.linalg.pinv(x), torch.linalg.lstsq(x, y)[0])),
+                   (_randn(2, 5, 3), _randn(2, 5, 2, seed=1)),
+                   dynamic_axes={"input_0": {0: "B"}, "input_1": {0: "B"}},
+                   more_args=[(_randn(4, 5, 3, seed=2), _randn(4, 5, 2, seed=3))])
 
 
 # ---------------------------------------------------------------------------- refusals
