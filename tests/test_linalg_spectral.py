@@ -271,6 +271,9 @@ def test_vectors_of_empty_matrices():
 def test_svd_without_vectors():
     """torch.svd(compute_uv=False): zero-filled U and V beside the singular values."""
     assert_exports(Fn(lambda x: torch.svd(x, compute_uv=False)), (_randn(2, 3, 5),))
+    assert_exports(Fn(lambda x: torch.ops.aten._linalg_svd(x, compute_uv=False)),
+                   (_randn(4, 3),))
+    assert_exports(Fn(lambda x: torch.ops.aten._linalg_eigh(x, "U", False)), (_randn(3, 3),))
 
 
 def test_non_finite_inputs_give_nan():
