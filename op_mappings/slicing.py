@@ -24,16 +24,21 @@ def _bounds(n, start, end):
             end += n
         start = min(max(start, 0), n)
         end = min(max(end, start), n)
-    else:  # a symbolic bound (dynamic axis): clamp with tract dim expressions
-        import sympy
-
+    else:
         if isinstance(start, int) and start < 0:
             start = n + start
         if isinstance(end, int) and end < 0:
             end = n + end
-        start = sympy.Max(0, sympy.Min(n, start))
-        end = sympy.Max(start, sympy.Min(n, end))
-        start, end = _plain(start), _plain(end)
+        if not isinstance(n, int):
+            # a dynamic axis: clamp as PyTorch does, with tract dim expressions (x[-1:2])
+            import sympy
+
+            start = sympy.Max(0, sympy.Min(n, start))
+            end = sympy.Max(start, sympy.Min(n, end))
+            start, end = _plain(start), _plain(end)
+        # a symbolic bound on a static axis (position_ids[:, :S]) is kept as written: the
+        # model is only valid where it lies within the axis, and a min() would hide from
+        # tract that the result has S elements
     return start, end
 
 
