@@ -7,6 +7,9 @@ message naming the input and the axis.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import re
 
 from .builder import safe_identifier
@@ -180,8 +183,6 @@ class SymbolicShapes:
     def out_shapes(self, schema, inputs: list, op_name: str):
         """Output shapes (one per tensor output, None elsewhere), or None when PyTorch cannot
         compute them symbolically."""
-
-
         key = (str(schema), _key(inputs))
         if key in self._cache:
             return self._cache[key]
@@ -199,7 +200,7 @@ class SymbolicShapes:
         self._fresh()
         args, kwargs = [], {}
         try:
-            with self.mode:
+            with self.mode, _quiet_fake_tensor_log():
                 for arg, value in zip(schema.arguments, inputs):
                     v = self._fake_arg(value)
                     if arg.kwarg_only:
@@ -231,6 +232,19 @@ class SymbolicShapes:
             else:
                 out.append(None)
         return out
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensor_log():
+    """A failed fake-tensor run is an expected answer here (no symbolic shape): keep
+    PyTorch from logging it as an error on the user's terminal."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    was = log.disabled
+    log.disabled = True
+    try:
+        yield
+    finally:
+        log.disabled = was
 
 
 def _key(x):
