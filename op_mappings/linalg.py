@@ -67,9 +67,9 @@ def linear(g, input, weight, bias=None):
     return y
 
 
-@aten("addmm")
-def addmm(g, self, mat1, mat2, beta=1, alpha=1):
-    prod = matmul_nd(g, mat1, mat2)
+def affine_product(g, self, prod, beta, alpha):
+    """``beta * self + alpha * prod`` as the addmm family defines it (beta=0 ignores self,
+    NaN included)."""
     dtype = prod.dtype
     if alpha != 1:
         prod = g.binary("mul", prod, float(alpha), dtype)
@@ -77,3 +77,8 @@ def addmm(g, self, mat1, mat2, beta=1, alpha=1):
         return prod
     bias = self if beta == 1 else g.binary("mul", self, float(beta), dtype)
     return g.binary("add", prod, bias, dtype)
+
+
+@aten("addmm")
+def addmm(g, self, mat1, mat2, beta=1, alpha=1):
+    return affine_product(g, self, matmul_nd(g, mat1, mat2), beta, alpha)

@@ -32,8 +32,10 @@ WORK = torch.float64
 
 
 # ---------------------------------------------------------------------------- checks/helpers
-def _check(g, x, what: str = "self", square: bool = False):
-    """The static matrix sides of ``x`` (m, n), or a clear refusal."""
+def _check(g, x, what: str = "self", square: bool = False, shorter_side: bool = False,
+           unrolled: str = "the factorisation"):
+    """The static matrix sides of ``x`` (m, n), or a clear refusal. The limit applies to
+    the longer side, or to the shorter one when only that is unrolled."""
     if x.rank < 2:
         raise g.error(f"{what}: expected a matrix (rank >= 2), got rank {x.rank}")
     if not x.dtype.is_floating_point:
@@ -41,10 +43,13 @@ def _check(g, x, what: str = "self", square: bool = False):
     m, n = x.shape[-2], x.shape[-1]
     if not (isinstance(m, int) and isinstance(n, int)):
         raise g.error(f"{what}: the matrix sides must be static (got {m} x {n}); "
-                      "the factorisation is unrolled over them")
-    if max(m, n) > MAX_N:
+                      f"{unrolled} is unrolled over them")
+    if shorter_side and min(m, n) > MAX_N:
+        raise g.error(f"{what}: matrices whose shorter side exceeds {MAX_N} are not "
+                      f"supported (got {m} x {n}): {unrolled} is unrolled over it")
+    if not shorter_side and max(m, n) > MAX_N:
         raise g.error(f"{what}: matrices larger than {MAX_N} x {MAX_N} are not supported "
-                      f"(got {m} x {n}): the factorisation is unrolled over the matrix size")
+                      f"(got {m} x {n}): {unrolled} is unrolled over the matrix size")
     if square and m != n:
         raise g.error(f"{what}: expected square matrices, got {m} x {n}")
     return m, n

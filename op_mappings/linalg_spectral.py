@@ -232,18 +232,7 @@ def eigvalsh_of(g, x, lower: bool = True, what: str = "self"):
 def _check_rect(g, x, what):
     """The static sides (m, n) of ``x``: the one-sided Jacobi is unrolled over the shorter
     side only (at most ``MAX_N``); the longer one costs only matmul width."""
-    if x.rank < 2:
-        raise g.error(f"{what}: expected a matrix (rank >= 2), got rank {x.rank}")
-    if not x.dtype.is_floating_point:
-        raise g.error(f"{what}: {x.dtype} matrices are not supported (floating point only)")
-    m, n = x.shape[-2], x.shape[-1]
-    if not (isinstance(m, int) and isinstance(n, int)):
-        raise g.error(f"{what}: the matrix sides must be static (got {m} x {n}); "
-                      "the Jacobi sweeps are unrolled over them")
-    if min(m, n) > S.MAX_N:
-        raise g.error(f"{what}: matrices whose shorter side exceeds {S.MAX_N} are not "
-                      f"supported (got {m} x {n}): the Jacobi sweeps are unrolled over it")
-    return m, n
+    return S._check(g, x, what, shorter_side=True, unrolled="the Jacobi sweeps")
 
 
 def _oriented(g, x, what):

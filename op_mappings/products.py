@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from op_mappings.linalg import matmul_nd
+from op_mappings.linalg import affine_product, matmul_nd
 from t2n.registry import aten
 
 
@@ -37,23 +37,13 @@ def mv(g, self, vec):
 
 @aten("addmv")
 def addmv(g, self, mat, vec, beta=1, alpha=1):
-    return _affine(g, self, matmul_nd(g, mat, vec), beta, alpha)
+    return affine_product(g, self, matmul_nd(g, mat, vec), beta, alpha)
 
 
 @aten("addbmm")
 def addbmm(g, self, batch1, batch2, beta=1, alpha=1):
     prod = g.reduce("sum_reduce", matmul_nd(g, batch1, batch2), [0], keepdim=False)
-    return _affine(g, self, prod, beta, alpha)
-
-
-def _affine(g, self, prod, beta, alpha):
-    d = prod.dtype
-    if alpha != 1:
-        prod = g.binary("mul", prod, float(alpha), d)
-    if beta == 0:
-        return prod
-    bias = self if beta == 1 else g.binary("mul", self, float(beta), d)
-    return g.binary("add", prod, bias, d)
+    return affine_product(g, self, prod, beta, alpha)
 
 
 @aten("outer", "ger")
