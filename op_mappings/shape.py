@@ -19,6 +19,32 @@ def _reshape_target(g, self, shape):
     traced = g.out_shape() if g.node is not None else None
     if traced is not None and all(isinstance(d, int) for d in self.shape):
         return list(traced)
+    return _symbolic_target(g, self, shape)
+
+
+def _symbolic_target(g, self, shape):
+    """A target shape for an input with symbolic axes: the -1 (if any) must be a whole
+    expression of the symbols for every size, else the model only works for some sizes."""
+    import sympy
+
+    numel = sympy.Integer(1)
+    for d in self.shape:
+        numel = numel * d
+    known = sympy.Integer(1)
+    for d in shape:
+        if not (isinstance(d, int) and d == -1):
+            known = known * d
+    if -1 in [d for d in shape if isinstance(d, int)]:
+        rest = sympy.simplify(numel / known)
+        num, den = sympy.fraction(sympy.together(rest))
+        if not den.is_number or den != 1:
+            raise g.error(f"size: the -1 in {list(shape)} would be {rest}, a whole number only "
+                          "for some sizes of the dynamic axes (the model only works for "
+                          "those): remove the axis from dynamic_axes or reshape with sizes "
+                          "computed from x.size()")
+    elif sympy.simplify(numel - known) != 0:
+        raise g.error(f"size: {list(shape)} holds {known} elements where the input holds "
+                      f"{numel}: the model only works for the example sizes")
     return shape
 
 
