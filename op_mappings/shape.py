@@ -27,6 +27,12 @@ def _symbolic_target(g, self, shape):
     expression of the symbols for every size, else the model only works for some sizes."""
     import sympy
 
+    from t2n.builder import DATA_DEPENDENT_PREFIX
+
+    if any(str(sym).startswith(DATA_DEPENDENT_PREFIX)
+           for d in list(self.shape) + list(shape) if isinstance(d, sympy.Basic)
+           for sym in d.free_symbols):
+        return shape  # a size read from the data: the writer refuses it by name
     numel = sympy.Integer(1)
     for d in self.shape:
         numel = numel * d
