@@ -60,13 +60,19 @@ def _out_len(n, before, after, k, stride, dilation):
     return (n + before + after - dilation * (k - 1) - 1) // stride + 1
 
 
-def conv_nd(g, input, weight, bias, stride, pads, dilation, groups):
-    """Forward convolution with explicit ``pads = [(before, after), ...]``."""
+def _prologue(g, input, weight):
+    """Shared checks of every convolution: float operands, a batch axis, the spatial rank."""
     _check_float(g, input, weight)
     x, added = _batched(g, input, weight)
     n = weight.rank - 2
     if n < 1:
         raise g.error("weight: a convolution weight has rank >= 3")
+    return x, added, n
+
+
+def conv_nd(g, input, weight, bias, stride, pads, dilation, groups):
+    """Forward convolution with explicit ``pads = [(before, after), ...]``."""
+    x, added, n = _prologue(g, input, weight)
     stride, dilation = _tuple(stride, n), _tuple(dilation, n)
     kernel = list(weight.shape[2:])
     c_out = weight.shape[0]
@@ -109,11 +115,7 @@ def _deconv_filter(g, weight, groups):
 
 def conv_transpose_nd(g, input, weight, bias, stride, padding, output_padding, groups,
                       dilation):
-    _check_float(g, input, weight)
-    x, added = _batched(g, input, weight)
-    n = weight.rank - 2
-    if n < 1:
-        raise g.error("weight: a convolution weight has rank >= 3")
+    x, added, n = _prologue(g, input, weight)
     stride, padding = _tuple(stride, n), _tuple(padding, n)
     output_padding, dilation = _tuple(output_padding, n), _tuple(dilation, n)
     if groups < 1:

@@ -337,9 +337,9 @@ def linalg_svd(g, A, full_matrices=True, driver=None):
 
 
 @aten("_linalg_svd")
-def _linalg_svd(g, A, full_matrices=False, compute_uv=True, driver=None):
+def _linalg_svd(g, A, full_matrices=False, compute_uv=True, driver=None, what="A"):
     """Only the empty case and, without vectors (U and Vh then empty), the values."""
-    _check_rect(g, A, "A")
+    _check_rect(g, A, what)
     if _all_outputs_empty(g, 3):
         return tuple(S._fill(g, i) for i in range(3))
     if not compute_uv:
@@ -350,12 +350,7 @@ def _linalg_svd(g, A, full_matrices=False, compute_uv=True, driver=None):
 @aten("svd")
 def svd(g, self, some=True, compute_uv=True):
     """``compute_uv=False`` gives zero-filled U and V beside the values (no sign involved)."""
-    _check_rect(g, self, "self")
-    if _all_outputs_empty(g, 3):
-        return tuple(S._fill(g, i) for i in range(3))
-    if not compute_uv:
-        return S._fill(g, 0), linalg_svdvals(g, self), S._fill(g, 2)
-    raise _vectors_refused(g, "singular vectors")
+    return _linalg_svd(g, self, not some, compute_uv, what="self")
 
 
 # ---------------------------------------------------------------------------- norms, cond
