@@ -12,7 +12,7 @@ all: test
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -c constraints.txt -e '.[test]'
+	$(PY) -m pip install -c constraints.txt -e '.[test,bench]'
 	@touch $(STAMP)
 
 install: $(STAMP)
