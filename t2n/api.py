@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from . import dtypes
+from . import dtypes, passes
 from .builder import Graph, safe_identifier
 from .capture import capture, load_torchscript
 from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck, compare
@@ -111,31 +111,30 @@ def _symbols_for(dynamic_axes, input_names, args) -> dict:
     return dynamic.parse_dynamic_axes(dynamic_axes, input_names, args)
 
 
-def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None,
-           check: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
-           **options) -> ExportResult:
-    """Export ``model`` run on ``args`` to the NNEF archive ``f`` for tract.
+# The options ``export`` reads itself; the passes declare theirs (t2n.passes).
+_API_OPTIONS = frozenset({"progress", "quiet"})  # progress: None (auto) | bool | callable
+_KNOWN_OPTIONS = _API_OPTIONS | passes.options()
 
-    ``f`` ending in ``.tgz``/``.tar.gz`` gives a gzip tar, ``.tar`` a tar, anything else a
-    directory. With ``check=True`` the archive is run in tract (in a child process) on
-    ``args`` and compared with PyTorch; a mismatch raises :class:`CheckFailedError`.
-    """
-    t0 = time.perf_counter()
-    model = _load_model(model)
-    args = _as_args(args)
-    if not isinstance(f, (str, os.PathLike)):
-        raise UsageError("f must be a path")
-    f = os.fspath(f)
-    # argument checks before the trace, which can take minutes on a large model
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
-               for v in (rtol, atol)):
-        raise UsageError(f"rtol and atol must be numbers >= 0 (got {rtol!r}, {atol!r})")
-    if set(options) - _KNOWN_OPTIONS:
-        raise UsageError("unknown export option(s): "
-                         f"{', '.join(sorted(set(options) - _KNOWN_OPTIONS))}")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(f))):
-        raise UsageError(f"cannot write {f}: directory {os.path.dirname(os.path.abspath(f))} "
-                         "does not exist")
+
+def _check_options(options: dict) -> None:
+    unknown = set(options) - _KNOWN_OPTIONS
+    if unknown:
+        raise UsageError(f"unknown export option(s): {', '.join(sorted(unknown))}")
+
+
+@dataclass
+class _Built:
+    """The NNEF graph of one export, with what the result reports about it."""
+
+    graph: Graph
+    inputs: list
+    outputs: list
+    output_names: list[str]
+    tracer_warnings: list[str]
+
+
+def _build(model, args, input_names, output_names, dynamic_axes, options) -> _Built:
+    """capture -> walk -> passes: the graph the writer serialises."""
     in_names = _names(input_names, len(args), "input", "input")
     captured = capture(model, args)
     if captured.n_inputs != len(args):
@@ -166,11 +165,46 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         g.reserve_name(name)
         handles.append(t)
     g.set_outputs(handles, out_names)
-    for hook in _GRAPH_PASSES:
-        hook(g, model=model, args=args, options=options)
-    unknown = set(options) - _KNOWN_OPTIONS
-    if unknown:
-        raise UsageError(f"unknown export option(s): {', '.join(sorted(unknown))}")
+    passes.run_pipeline(g, passes.PassContext(model=model, args=args, options=dict(options)))
+    return _Built(g, inputs, handles, out_names, list(captured.tracer_warnings))
+
+
+def export_graph(model, args, *, input_names=None, output_names=None, dynamic_axes=None,
+                 **options) -> Graph:
+    """The NNEF graph ``export`` would write for these arguments (after the passes).
+
+    For tests and tools that inspect the graph (op counts, shapes) without an archive."""
+    model = _load_model(model)
+    args = _as_args(args)
+    _check_options(options)
+    return _build(model, args, input_names, output_names, dynamic_axes, options).graph
+
+
+def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None,
+           check: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+           **options) -> ExportResult:
+    """Export ``model`` run on ``args`` to the NNEF archive ``f`` for tract.
+
+    ``f`` ending in ``.tgz``/``.tar.gz`` gives a gzip tar, ``.tar`` a tar, anything else a
+    directory. With ``check=True`` the archive is run in tract (in a child process) on
+    ``args`` and compared with PyTorch; a mismatch raises :class:`CheckFailedError`.
+    """
+    t0 = time.perf_counter()
+    model = _load_model(model)
+    args = _as_args(args)
+    if not isinstance(f, (str, os.PathLike)):
+        raise UsageError("f must be a path")
+    f = os.fspath(f)
+    # argument checks before the trace, which can take minutes on a large model
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+               for v in (rtol, atol)):
+        raise UsageError(f"rtol and atol must be numbers >= 0 (got {rtol!r}, {atol!r})")
+    _check_options(options)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(f))):
+        raise UsageError(f"cannot write {f}: directory {os.path.dirname(os.path.abspath(f))} "
+                         "does not exist")
+    built = _build(model, args, input_names, output_names, dynamic_axes, options)
+    g, inputs, handles, out_names = built.graph, built.inputs, built.outputs, built.output_names
 
     from .progress import Bar, for_export
     from .writer import write
@@ -189,7 +223,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         op_histogram=g.op_histogram(), archive_bytes=size,
         export_seconds=time.perf_counter() - t0,
         warnings=list(g.warnings) + [f"tracer: {w.splitlines()[0]}" for w in
-                                     captured.tracer_warnings],
+                                     built.tracer_warnings],
         extras=dict(g.__dict__.get("extras", {})))
     for w in g.warnings:
         warnings.warn(w, stacklevel=2)
@@ -199,22 +233,6 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
             raise CheckFailedError("tract's outputs differ from PyTorch's:\n" + "\n".join(
                 "  " + c.line() for c in result.checks), report=result)
     return result
-
-
-# Graph passes (e.g. channel compaction) register here: fn(graph, model=, args=, options=).
-_GRAPH_PASSES: list = []
-_KNOWN_OPTIONS = {"progress", "quiet"}  # progress: None (auto) | bool | callable(nbytes)
-
-
-def register_graph_pass(fn, options: tuple[str, ...] = ()):
-    _GRAPH_PASSES.append(fn)
-    _KNOWN_OPTIONS.update(options)
-    return fn
-
-
-from .compact import compact_pass  # noqa: E402  (built-in pass: pruned-channel compaction)
-
-register_graph_pass(compact_pass, options=("compact",))
 
 
 def _sym(name: str):

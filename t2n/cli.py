@@ -196,10 +196,9 @@ def run_export(module, args, output, *, quiet=False, as_json=False, **kwargs):
     """Export with warnings printed as ``t2n: warning:`` lines; prints the report.
 
     Returns the ExportResult, or None when the check failed (after reporting it)."""
-    from . import api
     from .api import export
 
-    if quiet and "quiet" in api._KNOWN_OPTIONS:  # silences the progress bar too
+    if quiet:  # silences the progress bar too
         kwargs["quiet"] = True
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -346,20 +346,10 @@ def test_internal_ops_first_output(fn):
 
 # ------------------------------------------------------------------ graph size
 def _graph_of(model, args, path, **kw):
-    """Export and return the builder graph (through a temporary graph pass)."""
+    """The builder graph ``t2n.export`` would write (after the passes)."""
     from t2n import api
 
-    seen = []
-
-    def grab(g, **_):
-        seen.append(g)
-
-    api._GRAPH_PASSES.append(grab)
-    try:
-        t2n.export(model, args, path, **kw)
-    finally:
-        api._GRAPH_PASSES.remove(grab)
-    return seen[0]
+    return api.export_graph(model, args, **kw)
 
 
 @pytest.mark.parametrize("mode", MODES)

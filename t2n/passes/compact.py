@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .builder import Graph, Op, Tensor
+from ..builder import Graph, Op, Tensor
+from . import GraphPass, PassContext
 
 # Element-wise NNEF ops, evaluated with torch on the per-channel constants of a zeroed
 # channel: fn(operands, attrs). An op not listed here ends the chain (nothing compacted).
@@ -103,11 +104,10 @@ class LayerStats:
 
 
 # ---------------------------------------------------------------------------- entry point
-def compact_pass(g: Graph, model=None, args=None, options=None) -> None:
-    """The graph pass registered with :func:`t2n.api.register_graph_pass`."""
-    options = options or {}
-    compact = bool(options.get("compact", False))
-    if not compact and not _has_pruning(model):
+def compact_pass(g: Graph, ctx: PassContext) -> None:
+    """Compact with ``compact=True``; report the pruned layers of a pruned model anyway."""
+    compact = bool(ctx.options.get("compact", False))
+    if not compact and not _has_pruning(ctx.model):
         return
     uses = _uses(g)
     stats = {id(op): _layer_stats(g, op, uses) for op in _weight_layers(g)}
@@ -125,6 +125,9 @@ def compact_pass(g: Graph, model=None, args=None, options=None) -> None:
     title = "compaction" if compact else "pruning (export with compact=True to remove channels)"
     extras.setdefault("report_lines", []).extend(
         [f"{title}: layer parameters {before:,} -> {after:,}"] + ["  " + s.line() for s in layers])
+
+
+PASS = GraphPass("compact", compact_pass, options=("compact",))
 
 
 def _has_pruning(model) -> bool:

@@ -1,0 +1,77 @@
+"""Graph passes: graph-to-graph rewrites run on the NNEF graph after the walk.
+
+The walk (capture -> walker -> op mappings) builds a :class:`t2n.builder.Graph`; the passes
+then rewrite it in place, in the order of :data:`PIPELINE`, before the writer serialises it.
+Passes are where work that needs the whole graph goes (channel compaction for pruned models,
+batch-norm folding, fusions into tract's fused ops, streaming forms, target lowering), so
+that op mappings stay one-op-at-a-time and schema-shaped.
+
+The pass interface
+------------------
+A pass is one module of this package that defines a module-level ``PASS``, a
+:class:`GraphPass`:
+
+* ``name``: the pass's name (the module's name), used in errors and reports;
+* ``run(g, ctx) -> None``: rewrites ``g`` in place. ``ctx`` is a :class:`PassContext` with the
+  user's ``model`` (never modified), the example ``args`` and the export ``options``. A pass
+  decides itself whether it has work to do (e.g. only when its option is set);
+* ``options``: the names of the ``t2n.export(**options)`` keywords the pass reads. ``export``
+  accepts exactly the union of these and its own options, and refuses any other name once,
+  before the trace starts.
+
+Every pass must preserve the outputs of the graph exactly (or within the float tolerance of
+the rewrite it documents), and must leave a graph the writer can serialise: tensors it
+removes are no longer used by any op, tensors it adds are made with the builder API.
+
+Adding a pass: write ``t2n/passes/<name>.py`` defining ``PASS``, and add ``"<name>"`` to
+:data:`PIPELINE` at the place where it must run. Nothing else registers it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# The passes, in the order they run: module names in this package.
+PIPELINE: tuple[str, ...] = (
+    "compact",  # pruned-channel compaction (compact=True; reports pruned layers anyway)
+)
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What a pass may read besides the graph: the user's model and the export call."""
+
+    model: Any = None
+    args: tuple = ()
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GraphPass:
+    name: str
+    run: Callable[..., None]  # run(g: Graph, ctx: PassContext) -> None
+    options: tuple[str, ...] = ()
+
+
+def pipeline() -> list[GraphPass]:
+    """The passes of :data:`PIPELINE`, in order."""
+    out = []
+    for name in PIPELINE:
+        p = importlib.import_module(f"{__name__}.{name}").PASS
+        if not isinstance(p, GraphPass) or p.name != name:
+            raise TypeError(f"t2n.passes.{name}.PASS must be GraphPass(name={name!r}, ...)")
+        out.append(p)
+    return out
+
+
+def options() -> frozenset[str]:
+    """The export options the passes of the pipeline read."""
+    return frozenset(o for p in pipeline() for o in p.options)
+
+
+def run_pipeline(g, ctx: PassContext) -> None:
+    """Run every pass of the pipeline on ``g``, in order."""
+    for p in pipeline():
+        p.run(g, ctx)
