@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from . import dtypes, passes
+from . import dtypes, passes, weight_formats
 from .builder import Graph, safe_identifier
 from .capture import capture, load_torchscript
 from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck, compare
@@ -182,12 +182,28 @@ def export_graph(model, args, *, input_names=None, output_names=None, dynamic_ax
 
 def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None,
            check: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
-           **options) -> ExportResult:
+           weights: str = "f32", **options) -> ExportResult:
     """Export ``model`` run on ``args`` to the NNEF archive ``f`` for tract.
 
     ``f`` ending in ``.tgz``/``.tar.gz`` gives a gzip tar, ``.tar`` a tar, anything else a
     directory. With ``check=True`` the archive is run in tract (in a child process) on
     ``args`` and compared with PyTorch; a mismatch raises :class:`CheckFailedError`.
+
+    ``weights`` is how the model's float weights are stored (:mod:`t2n.weight_formats`):
+
+    * ``"f32"`` (default): as the model holds them;
+    * ``"f16"``: float32/float64 weights stored as float16 (about half the archive), each
+      cast back after loading, so the graph computes in the model's own dtype;
+    * ``"q4_0"``: weights of linear layers, matrix products with constant weights and
+      embedding tables stored in tract's Q4_0 blocks (32 values along the reduced axis,
+      4 bits each plus an f16 scale: 0.14x of float32), used by tract's matmul and gather
+      directly. Weights whose reduced axis is not a multiple of 32, and all others, stay
+      as held.
+
+    The report (and ``ExportResult.extras["weights"]``) lists what was compressed. With a
+    compressed format, ``check=True`` compares tract with PyTorch run on a copy of the
+    model holding the same rounded weights (the user's model is not modified), and also
+    reports the error against the original model (``extras["weights_error"]``).
     """
     t0 = time.perf_counter()
     model = _load_model(model)
@@ -200,6 +216,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
                for v in (rtol, atol)):
         raise UsageError(f"rtol and atol must be numbers >= 0 (got {rtol!r}, {atol!r})")
     _check_options(options)
+    options["weights"] = weight_formats.check_format(weights)
     if not os.path.isdir(os.path.dirname(os.path.abspath(f))):
         raise UsageError(f"cannot write {f}: directory {os.path.dirname(os.path.abspath(f))} "
                          "does not exist")
@@ -227,7 +244,14 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         extras=dict(g.__dict__.get("extras", {})))
     for w in g.warnings:
         warnings.warn(w, stacklevel=2)
-    if check:
+    if check and g.storage:  # compressed weights: compare on the same rounded weights
+        from .weight_check import check_compressed, cost_lines
+
+        result.checks, cost = check_compressed(f, model, g, args, out_names, rtol, atol)
+        result.extras["weights_error"] = {c.name: {"max_abs_err": c.max_abs_err,
+                                                   "max_rel_err": c.max_rel_err} for c in cost}
+        result.extras.setdefault("report_lines", []).extend(cost_lines(cost))
+    elif check:
         result.checks = check_archive(f, model, args, out_names, rtol=rtol, atol=atol)
         if not result.passed:
             raise CheckFailedError("tract's outputs differ from PyTorch's:\n" + "\n".join(

@@ -236,6 +236,8 @@ class Graph:
         self._const_counter = 0
         self.node: NodeContext | None = None
         self.warnings: list[str] = []
+        # id(variable tensor) -> how it is stored (t2n.weight_formats); absent: as held
+        self.storage: dict = {}
 
     # ------------------------------------------------------------------ naming
     def fresh_name(self, hint: str) -> str:

@@ -133,10 +133,16 @@ def cli(debug: bool):
 @click.option("--compact", is_flag=True,
               help="Remove the channels that structured pruning zeroed (smaller, faster "
                    "archive, same outputs); the report lists them per layer.")
+@click.option("--weights", type=click.Choice(["f32", "f16", "q4_0"]), default="f32",
+              show_default=True,
+              help="How float weights are stored: as held (f32), float16 (f16, half the "
+                   "size), or tract's 4-bit Q4_0 blocks for linear/matmul weights and "
+                   "embedding tables (q4_0). --check then compares with PyTorch on the same "
+                   "rounded weights and reports the error against the original model.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def export_cmd(model, output, inputs, check, dynamic, output_names, int_range, seed, rtol,
-               atol, trust_pickle, compact, quiet, as_json):
+               atol, trust_pickle, compact, weights, quiet, as_json):
     """Export MODEL to an NNEF archive that tract runs.
 
     MODEL is a TorchScript file saved with torch.jit.save, or package.module:callable
@@ -180,7 +186,7 @@ def export_cmd(model, output, inputs, check, dynamic, output_names, int_range, s
     result = run_export(module, args, output, input_names=input_names,
                         output_names=list(output_names) or None, dynamic_axes=dynamic_axes,
                         check=check, rtol=rtol, atol=atol, quiet=quiet, as_json=as_json,
-                        compact=compact)
+                        compact=compact, weights=weights)
     return EXIT_OK if result is not None else EXIT_CHECK_FAILED
 
 
@@ -247,6 +253,9 @@ def result_dict(result) -> dict:
         "archive_bytes": result.archive_bytes,
         "export_seconds": round(result.export_seconds, 3),
         "warnings": list(result.warnings),
+        "weights": result.extras.get("weights"),
+        "weights_error": {name: {k: _num(v) for k, v in errs.items()} for name, errs in
+                          (result.extras.get("weights_error") or {}).items()} or None,
         "passed": result.passed,
         "checks": None,
     }

@@ -45,9 +45,7 @@ def render_graph(g: Graph) -> str:
     aliases = same_bytes_aliases(g, used)
     for v in g.variables:
         if id(v.tensor) in used and id(v.tensor) not in aliases:
-            shape = ", ".join(str(int(d)) for d in v.tensor.shape)
-            lines.append(f"  {v.tensor.name} = variable<{_nnef_type(v.tensor.dtype)}>"
-                         f"(shape = [{shape}], label = {format_value(labels[id(v.tensor)])});")
+            lines += _declaration(v, labels[id(v.tensor)], g.storage.get(id(v.tensor)))
     for v in g.variables:
         if id(v.tensor) in aliases:
             shape = ", ".join(str(int(d)) for d in v.tensor.shape)
@@ -60,6 +58,23 @@ def render_graph(g: Graph) -> str:
             lines.append(f"  {name} = copy({format_value(t)});")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _declaration(v: Variable, label: str, storage) -> list[str]:
+    """The ``variable`` line of a weight; with a weight format (``storage``), its stored
+    shape, and a cast back to the graph's dtype when it is stored in another one."""
+    if storage is None:
+        shape = ", ".join(str(int(d)) for d in v.tensor.shape)
+        return [f"  {v.tensor.name} = variable<{_nnef_type(v.tensor.dtype)}>"
+                f"(shape = [{shape}], label = {format_value(label)});"]
+    shape = ", ".join(str(int(d)) for d in storage.shape)
+    cast = storage.cast_to()
+    name = storage.raw_name if cast is not None else v.tensor.name
+    lines = [f"  {name} = variable<scalar>(shape = [{shape}], label = {format_value(label)});"]
+    if cast is not None:
+        lines.append(f"  {v.tensor.name} = tract_core_cast({name}, "
+                     f"to = '{dtypes.tract_name(cast)}');")
+    return lines
 
 
 def same_bytes_aliases(g: Graph, used: set[int]) -> dict[int, Variable]:
@@ -184,7 +199,9 @@ def payload_bytes(g: Graph, graph_text: bytes) -> int:
     total = len(graph_text)
     aliases = same_bytes_aliases(g, used)
     for v in g.variables:
-        if id(v.tensor) in used and id(v.tensor) not in aliases:
+        if id(v.tensor) in g.storage and id(v.tensor) not in aliases:
+            total += 128 + g.storage[id(v.tensor)].nbytes()
+        elif id(v.tensor) in used and id(v.tensor) not in aliases:
             n = v.data.numel()
             n = (n + 7) // 8 if v.data.dtype == torch.bool else n * v.data.element_size()
             total += 128 + n
@@ -204,6 +221,10 @@ def _members(g: Graph, graph_text: bytes):
                              if id(v.tensor) in used and id(v.tensor) not in aliases]
     for v in sorted(vars_, key=lambda v: labels[id(v.tensor)]):
         name = labels[id(v.tensor)] + ".dat"
+        storage = g.storage.get(id(v.tensor))
+        if storage is not None:  # a weight format: converted piece by piece while written
+            yield name, storage.header(), storage.payload()
+            continue
         payload = dat_payload(v.data)
         yield name, dat_header(v.data.shape, v.data.dtype, len(payload)), payload
         del payload  # one weight's bytes alive at a time
@@ -282,7 +303,7 @@ def _write_dir(g: Graph, graph_text: bytes, root: str, progress) -> int:
 
 def _copy(sink, payload, progress, already: int = 0) -> None:
     """Write ``payload`` in slices of a memoryview (no copies), reporting bytes as they go."""
-    if isinstance(payload, Chunks):
+    if not isinstance(payload, (bytes, bytearray, memoryview)):  # Chunks, streamed pieces
         if progress and already:
             progress(already)
         for part in payload:

@@ -36,6 +36,7 @@ from typing import Any, Callable
 # The passes, in the order they run: module names in this package.
 PIPELINE: tuple[str, ...] = (
     "compact",  # pruned-channel compaction (compact=True; reports pruned layers anyway)
+    "weights",  # weight storage format (weights="f16"/"q4_0"); last: decides on the final graph
 )
 
 

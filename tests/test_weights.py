@@ -1,0 +1,191 @@
+"""weights="f16" / "q4_0": compressed archives that tract runs, checked on the same rounded
+weights; the report lists what was compressed; the user's model is untouched."""
+
+import os
+import struct
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+import t2n
+from t2n.cli import cli
+from t2n.errors import UsageError
+from t2n.weight_formats import Q4_BLOCK, q4_0_blocks
+
+
+class Mixed(torch.nn.Module):
+    """Embedding, linears (one with a reduced axis of 40), a raw x @ W parameter and a norm."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, 64)
+        self.l1 = torch.nn.Linear(64, 96)
+        self.l2 = torch.nn.Linear(96, 40)
+        self.l3 = torch.nn.Linear(40, 8)
+        self.w = torch.nn.Parameter(torch.randn(64, 32))
+        self.ln = torch.nn.LayerNorm(64)
+
+    def forward(self, ids):
+        e = self.ln(self.emb(ids))
+        return self.l3(self.l2(torch.relu(self.l1(e)))), e @ self.w
+
+
+def _model(cls=Mixed, seed=0):
+    torch.manual_seed(seed)
+    return cls().eval()
+
+
+def _state(m):
+    return {k: v.clone() for k, v in m.state_dict().items()}
+
+
+def _dat_items(path):
+    """{member: (bits per item, item code, vendor)} of a .tgz archive."""
+    out = {}
+    with tarfile.open(path) as t:
+        for mem in t.getmembers():
+            if mem.name.endswith(".dat"):
+                head = t.extractfile(mem).read(128)
+                out[mem.name] = struct.unpack_from("<IHH", head, 44)
+    return out
+
+
+@pytest.mark.parametrize("weights", ["f16", "q4_0"])
+def test_compressed_export_matches_rounded_model_and_reports_cost(tmp_path, weights):
+    m = _model()
+    before = _state(m)
+    ids = torch.randint(0, 100, (2, 5))
+    path = tmp_path / f"m_{weights}.nnef.tgz"
+    r = t2n.export(m, (ids,), path, check=True, weights=weights)
+    assert r.passed
+    for k, v in m.state_dict().items():
+        assert torch.equal(before[k], v), f"export with weights={weights} modified {k}"
+    errs = r.extras["weights_error"]
+    assert set(errs) == {"output_0", "output_1"}
+    assert all(0 < e["max_abs_err"] < 10 for e in errs.values())  # rounding is not free
+    text = r.report()
+    assert f"weights {weights}:" in text and "error against the original" in text
+    items = _dat_items(path)
+    compressed = {c["label"] for c in r.extras["weights"]["compressed"]}
+    if weights == "f16":
+        assert compressed == {"emb.weight", "ln.weight", "ln.bias", "l1.weight", "l1.bias",
+                              "l2.weight", "l2.bias", "l3.weight", "l3.bias", "w"}
+        assert all(items[f"{k}.dat"] == (16, 0, 0) for k in compressed)
+        assert "compute stays f32" in text
+    else:
+        assert compressed == {"emb.weight", "l1.weight", "l2.weight", "w"}
+        assert all(items[f"{k}.dat"] == (0xFFFFFFFF, 0x3040, 0x5452) for k in compressed)
+        assert items["l3.weight.dat"] == (32, 0, 0)  # reduced axis 40: kept
+        kept = {k["label"]: k["reason"] for k in r.extras["weights"]["kept"]}
+        assert "not a multiple of 32" in kept["l3.weight"]
+        assert "l1.bias" in kept
+
+
+def test_q4_0_blocks_layout_and_rounding():
+    rows = np.random.default_rng(1).standard_normal((5, Q4_BLOCK)).astype(np.float32)
+    rows[1] = 0.0
+    blocks, deq = q4_0_blocks(rows)
+    assert blocks.shape == (5, 18)
+    scale = blocks[:, :2].copy().view(np.float16)[:, 0].astype(np.float32)
+    lo, hi = blocks[:, 2:] & 15, blocks[:, 2:] >> 4
+    q = np.concatenate([lo, hi], axis=1).astype(np.float32)  # byte j: values j and j+16
+    np.testing.assert_array_equal(deq, (q - 8) * scale[:, None])
+    np.testing.assert_array_equal(deq[1], 0)
+    step = np.abs(scale)[:, None]
+    # the nearest of the 16 levels -8..7 (the largest magnitude maps to -8 exactly); only
+    # values beyond +7 steps on the other side are clipped, by at most one more step
+    bound = np.where(q == 15, 1.0, 0.5) * step * 1.001 + 1e-6
+    assert (np.abs(deq - rows) <= bound).all()
+    extreme = np.abs(rows).argmax(axis=1)
+    np.testing.assert_allclose(deq[np.arange(5), extreme], rows[np.arange(5), extreme],
+                               rtol=1e-3)
+
+
+def test_linear_heavy_archive_ratios_and_reproducible_bytes(tmp_path):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(3)]).eval()
+    x = torch.randn(4, 256)
+    sizes = {}
+    for w in ("f32", "f16", "q4_0"):
+        sizes[w] = t2n.export(m, (x,), tmp_path / f"{w}.tar", check=(w != "f32"),
+                              weights=w).archive_bytes
+    assert sizes["f16"] <= 0.55 * sizes["f32"]
+    assert sizes["q4_0"] <= 0.20 * sizes["f32"]
+    t2n.export(m, (x,), tmp_path / "again.tar", weights="q4_0")
+    assert (tmp_path / "again.tar").read_bytes() == (tmp_path / "q4_0.tar").read_bytes()
+
+
+class TiedLM(torch.nn.Module):
+    """GPT-2 style: tied embedding/head, a Conv1D-like x @ W + b with W [in, out]."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte = torch.nn.Embedding(50, 64)
+        self.c_fc = torch.nn.Parameter(torch.randn(64, 128) * 0.1)
+        self.b_fc = torch.nn.Parameter(torch.zeros(128))
+        self.proj = torch.nn.Linear(128, 64)
+        self.head = torch.nn.Linear(64, 50, bias=False)
+        self.head.weight = self.wte.weight
+
+    def forward(self, ids):
+        h = self.wte(ids)
+        h = h + self.proj(torch.relu(torch.addmm(self.b_fc, h.view(-1, 64), self.c_fc)
+                                     .view(h.shape[0], h.shape[1], 128)))
+        return self.head(h)
+
+
+def test_q4_0_tied_table_and_transposed_weight_with_dynamic_axis(tmp_path):
+    m = _model(TiedLM)
+    ids = torch.randint(0, 50, (1, 7))
+    path = tmp_path / "lm.nnef"
+    r = t2n.export(m, (ids,), path, check=True, weights="q4_0", input_names=["ids"],
+                   dynamic_axes={"ids": {1: "S"}})
+    got = {c["label"]: c["use"] for c in r.extras["weights"]["compressed"]}
+    assert got == {"wte.weight": "gather+matmul", "c_fc": "matmul", "proj.weight": "matmul"}
+    assert sorted(p for p in os.listdir(path) if p.startswith("wte")) == ["wte.weight.dat"]
+    graph = (path / "graph.nnef").read_text()
+    assert "datum_type = 'f32'" in graph  # gathers from a block table name their type
+    from t2n.api import check_archive
+    from t2n.weight_check import rounded_copy
+
+    g = t2n.api.export_graph(m, (ids,), weights="q4_0")
+    ref = rounded_copy(m, g)
+    assert ref.wte.weight.data_ptr() == ref.head.weight.data_ptr()  # still tied
+    assert m.b_fc is ref.b_fc  # untouched parameters are shared, not copied
+    more = torch.randint(0, 50, (1, 12))
+    assert all(c.ok for c in check_archive(str(path), ref, (more,), ["output_0"]))
+
+
+def test_unknown_format_is_refused_before_the_trace():
+    with pytest.raises(UsageError, match="weights='q8' is not a weight format"):
+        t2n.export(_model(), (torch.zeros(1, 2, dtype=torch.long),), "/tmp/x.tgz",
+                   weights="q8")
+
+
+def test_f16_model_and_out_of_range_weights_stay_as_held(tmp_path):
+    torch.manual_seed(0)
+    m = torch.nn.Linear(8, 4).half().eval()
+    r = t2n.export(m, (torch.randn(2, 8).half(),), tmp_path / "h.tgz", weights="f16",
+                   check=True, rtol=1e-2, atol=1e-2)
+    assert "float16 already" in r.report() and not r.extras["weights"]["compressed"]
+    big = torch.nn.Linear(8, 4).eval()
+    with torch.no_grad():
+        big.weight[0, 0] = 1e6
+    r = t2n.export(big, (torch.randn(2, 8),), tmp_path / "b.tgz", weights="f16", check=True)
+    kept = {k["label"]: k["reason"] for k in r.extras["weights"]["kept"]}
+    assert kept == {"weight": "values beyond the f16 range"}
+    assert r.extras["weights"]["compressed"][0]["label"] == "bias"
+
+
+def test_cli_weights_option(tmp_path):
+    out = tmp_path / "mlp.nnef.tgz"
+    res = CliRunner().invoke(cli, ["export", "cli_models:make_mlp", "-o", str(out), "--input",
+                                   "x:3x8:f32", "--check", "--weights", "f16", "--json"])
+    assert res.exit_code == 0, res.output
+    import json
+
+    d = json.loads(res.stdout)
+    assert d["passed"] and d["weights"]["format"] == "f16" and d["weights_error"]
