@@ -194,8 +194,8 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     * ``"f32"`` (default): as the model holds them;
     * ``"f16"``: float32/float64 weights stored as float16 (about half the archive), each
       cast back after loading, so the graph computes in the model's own dtype;
-    * ``"q4_0"``: weights of linear layers, matrix products with constant weights and
-      embedding tables stored in tract's Q4_0 blocks (32 values along the reduced axis,
+    * ``"q4_0"``: weights of linear layers, matrix products with constant weights,
+      convolution filters (rows of ``C_in/groups * kernel``) and embedding tables stored in tract's Q4_0 blocks (32 values along the reduced axis,
       4 bits each plus an f16 scale: 0.14x of float32), used by tract's matmul and gather
       directly. Weights whose reduced axis is not a multiple of 32, and all others, stay
       as held.

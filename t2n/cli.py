@@ -136,8 +136,8 @@ def cli(debug: bool):
 @click.option("--weights", type=click.Choice(["f32", "f16", "q4_0"]), default="f32",
               show_default=True,
               help="How float weights are stored: as held (f32), float16 (f16, half the "
-                   "size), or tract's 4-bit Q4_0 blocks for linear/matmul weights and "
-                   "embedding tables (q4_0). --check then compares with PyTorch on the same "
+                   "size), or tract's 4-bit Q4_0 blocks for linear/matmul weights, "
+                   "convolution filters and embedding tables (q4_0). --check then compares with PyTorch on the same "
                    "rounded weights and reports the error against the original model.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")

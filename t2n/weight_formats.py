@@ -7,12 +7,13 @@
   followed by a ``tract_core_cast`` back to its own dtype, so the graph computes exactly as
   before, on rounded weights. Weights already float16 (an f16 model) stay f16;
 * ``"q4_0"``: weights of matrix products against constant weights (``linear``, ``matmul``,
-  ``addmm``, GPT-2's ``Conv1D``) and embedding tables stored in tract's Q4_0 block format
+  ``addmm``, GPT-2's ``Conv1D``), convolution filters and embedding tables stored in tract's Q4_0 block format
   (blocks of 32 values along the reduced axis, 4-bit values and an f16 scale per block:
   18 bytes per 32 weights, 0.14x of float32). tract consumes them directly (its matmul
   kernels unpack the blocks; no float copy is stored). A weight qualifies when it is
-  float32, every use reads it as a matmul operand or as the table of a row gather, and its
-  reduced axis is a multiple of 32; everything else stays as held.
+  float32, every use reads it as a matmul operand, a convolution filter or the table of a
+  row gather, and its reduced axis (for a filter: ``C_in/groups * kernel``) is a multiple
+  of 32; everything else stays as held.
 
 Only weights that are the model's own parameters or buffers (or views of them) are
 compressed: the check then runs PyTorch on a copy of the model whose parameters carry the
@@ -40,6 +41,7 @@ import torch
 
 from . import dtypes
 from .errors import UsageError
+from .weight_layouts import CONV_ROWS, Uses
 
 FORMATS = ("f32", "f16", "q4_0")
 F16_MAX = 65504.0
@@ -287,7 +289,6 @@ def model_storages(model) -> set[int]:
 
 def plan(g, weights: str, model) -> Plan:
     """Decide how every weight of ``g`` is stored (see the module docstring)."""
-    from .weight_layouts import Uses
 
     fmt = check_format(weights)
     result = Plan(fmt)
@@ -368,6 +369,11 @@ def _q4_storage(g, v, uses):
     axis, why = uses.reduced_axis(v)
     if axis is None:
         return None, why
+    if axis == CONV_ROWS:
+        k = data[0].numel()
+        if k % Q4_BLOCK:
+            return None, f"filter rows of {k} values, not a multiple of {Q4_BLOCK}"
+        return Q4Storage(data, tuple(data.shape)), None
     k = data.shape[axis]
     if k % Q4_BLOCK:
         return None, f"reduced axis of {k}, not a multiple of {Q4_BLOCK}"

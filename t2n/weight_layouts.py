@@ -2,7 +2,8 @@
 
 A block-quantized weight (Q4_0) is only usable by tract where the consumer reads it as
 blocks along the reduced axis: a ``matmul`` operand (reduced axis: the last one, or the
-second-to-last for a non-transposed right operand) or the table of a row gather
+second-to-last for a non-transposed right operand), a ``conv`` filter (rows of
+``C_in/groups * kernel`` values) or the table of a row gather
 (``tract_core_gather`` on axis 0, which then needs an explicit output ``datum_type``).
 :class:`Uses` indexes the live ops of a built graph by the variables they read (a
 variable's same-bytes aliases, declared as reshapes of it, count as the variable), answers
@@ -65,8 +66,9 @@ class Uses:
                         for _, op, _ in self._uses(v) if op is not None})
         return "+".join(kinds)
 
-    def reduced_axis(self, v: Variable) -> tuple[int | None, str | None]:
-        """The axis of ``v`` every consumer reduces over in block form, or (None, reason)."""
+    def reduced_axis(self, v: Variable) -> tuple[int | str | None, str | None]:
+        """The axis of ``v`` every consumer reduces over in block form (``CONV_ROWS`` for a
+        convolution filter: all trailing axes), or (None, reason)."""
         axes = set()
         n_uses = 0
         for m, op, pos in self._uses(v):
@@ -82,6 +84,8 @@ class Uses:
         if len(axes) != 1:
             return None, "read along different axes by its consumers"
         neg = axes.pop()
+        if neg == CONV_ROWS:
+            return CONV_ROWS, None
         if neg == -2 and len(self._members[id(v.tensor)]) > 1:
             return None, "read transposed through a reshape"
         return v.data.dim() + neg, None
@@ -121,6 +125,10 @@ class Uses:
         return out
 
 
+# the "axis" of a convolution filter: its trailing axes flattened (rows of C_in/g * k...)
+CONV_ROWS = "rows"
+
+
 def _key(st):
     return None if st is None else (st.kind, getattr(st, "transposed", False))
 
@@ -137,6 +145,13 @@ def _block_axis(op, pos, m: Variable) -> tuple[int | None, str | None]:
         if pos == 0:
             return (-2 if op.attrs.get("transposeA") else -1), None
         return (-1 if op.attrs.get("transposeB") else -2), None
+    if op.kind == "conv" and pos == 1:
+        # tract's block-quantized conv kernel reads [C_out, C_in/g * k...] rows: blocks
+        # along all the trailing axes (verified 1x1, 3x3, strided, dilated, grouped)
+        other = op.args[0]
+        if not isinstance(other, Tensor) or other.dtype != torch.float32:
+            return None, "convolved with a non-float32 input"
+        return CONV_ROWS, None
     if op.kind == "tract_core_gather" and pos == 0:
         if rank != 2 or int(op.attrs.get("axis", 0)) != 0:
             return None, "gathered along an axis other than the rows of a matrix"

@@ -189,3 +189,31 @@ def test_cli_weights_option(tmp_path):
 
     d = json.loads(res.stdout)
     assert d["passed"] and d["weights"]["format"] == "f16" and d["weights_error"]
+
+
+class SmallCNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 32, 3, padding=1)  # rows of 27: kept
+        self.body = torch.nn.Conv2d(32, 64, 3, stride=2, padding=1)  # rows of 288
+        self.grouped = torch.nn.Conv2d(64, 64, 3, padding=2, dilation=2, groups=2)  # 288
+        self.dw = torch.nn.Conv2d(64, 64, 3, padding=1, groups=64)  # rows of 9: kept
+        self.bn = torch.nn.BatchNorm2d(64)
+        self.c1d = torch.nn.Conv1d(64, 32, 1)  # rows of 64
+        self.fc = torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.body(torch.relu(self.stem(x))))
+        x = self.bn(self.dw(self.grouped(x)))
+        x = self.c1d(x.flatten(2)).mean(-1)
+        return self.fc(x)
+
+
+def test_q4_0_convolution_filters(tmp_path):
+    m = _model(SmallCNN)
+    r = t2n.export(m, (torch.randn(2, 3, 16, 16),), tmp_path / "cnn.tgz", check=True,
+                   weights="q4_0")
+    got = {c["label"] for c in r.extras["weights"]["compressed"]}
+    assert got == {"body.weight", "grouped.weight", "c1d.weight", "fc.weight"}
+    kept = {k["label"]: k["reason"] for k in r.extras["weights"]["kept"]}
+    assert "rows of 27" in kept["stem.weight"] and "rows of 9" in kept["dw.weight"]
