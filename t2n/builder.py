@@ -229,6 +229,7 @@ class Graph:
         self.ops: list[Op] = []
         self.variables: list[Variable] = []
         self.symbols: list[str] = []
+        self.fragments: list = []  # loop bodies (t2n.loops.Fragment), written before the graph
         self._var_cache: dict = {}
         self._labels: set[str] = set()
         self._names: set[str] = set()

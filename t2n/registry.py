@@ -30,6 +30,14 @@ def aten(*names: str):
     return register
 
 
+def own_shapes(fn: Callable) -> Callable:
+    """Mark a mapping whose output shapes are exact for dynamic axes too (it derives them
+    from its inputs' symbolic shapes): the walker does not ask PyTorch's shape functions,
+    which for ops like ``aten::lstm`` have no symbolic answer and are slow to find that."""
+    fn.t2n_own_shapes = True
+    return fn
+
+
 def _load() -> None:
     import op_mappings  # noqa: F401  (importing registers every family)
 

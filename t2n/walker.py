@@ -277,7 +277,8 @@ class Walker:
             raise _Unsupported("no mapping for this aten op")
         schema = self._schema(node)
         shapes = [_ts_sizes(o) for o in outs]
-        if self.symbolic is not None and _has_symbols(inputs):
+        if self.symbolic is not None and _has_symbols(inputs) \
+                and not getattr(fn, "t2n_own_shapes", False):
             # the trace's sizes are those of the example: ask PyTorch's shape functions
             sym = self.symbolic.out_shapes(schema, inputs, f"aten::{name}")
             if sym is not None and len(sym) == len(shapes):

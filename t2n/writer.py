@@ -21,6 +21,7 @@ from . import dtypes
 from .builder import Graph, Tensor, Variable, format_dim, format_value
 from .errors import UsageError
 from .gzstream import GzipStream
+from .loops import render_fragments
 
 GRAPH_NAME = "network"
 WRITE_SLICE = 1 << 24  # bytes per write call when reporting progress
@@ -35,6 +36,7 @@ def render_graph(g: Graph) -> str:
     for s in g.symbols:
         lines.append(f"extension tract_symbol {s};")
     lines.append("")
+    lines.extend(render_fragments(g))
     ins = ", ".join(t.name for t in g.inputs)
     outs = ", ".join(g.output_names)
     lines.append(f"graph {GRAPH_NAME}({ins}) -> ({outs})")

@@ -1,0 +1,404 @@
+"""Recurrent layers: ``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu`` (what ``nn.LSTM``,
+``nn.GRU`` and ``nn.RNN`` trace to), as one ``tract_core_scan`` per layer and direction.
+
+Each layer and direction is lowered the way tract runs recurrences best:
+
+1. the input projection of every time step, ``x @ W_ih^T + b``, is ONE matmul before the loop
+   (both directions of a bidirectional layer share it: their weights are stacked);
+2. a :class:`~t2n.loops.Loop` scans that projection along the time axis (from the end for
+   the reverse direction) and carries ``h`` (and ``c``) as states; its body is the recurrent
+   matmul plus tract's fused cell epilogue (``tract_core_lstm_epilogue``,
+   ``tract_core_gru_epilogue``) for f32/f16, or the same formulas op by op otherwise;
+3. the per-step outputs and the last states come out of the scan.
+
+So the op count and the archive size do not depend on the sequence length, and the time axis
+may be a dynamic symbol. Gate order: PyTorch stores LSTM gates as ``i, f, g, o`` and GRU
+gates as ``r, z, n``; tract's epilogues want ``i, o, f, g`` and ``z, r, n``, so the weight
+rows are permuted once at export. PyTorch's GRU applies the reset gate after the hidden
+projection (``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``), which is exactly tract's GRU
+epilogue. LSTM projections (``proj_size``): ``h = W_hr (o * tanh(c))``.
+
+Packed sequences (``.data`` overloads) come from :mod:`op_mappings.recurrent_packed`'s
+values: a padded tensor, its lengths and a step mask; the loop then freezes each sequence's
+state past its length and writes zeros there.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from t2n.builder import Tensor
+from t2n.loops import Loop
+from t2n.registry import aten, own_shapes
+
+# rows of PyTorch's stacked gate weights, in the order tract's epilogues read them
+_LSTM_ORDER = (0, 3, 1, 2)  # i, f, g, o -> i, o, f, g
+_GRU_ORDER = (1, 0, 2)  # r, z, n -> z, r, n
+_GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+_ORDER = {"lstm": _LSTM_ORDER, "gru": _GRU_ORDER, "rnn_tanh": (0,), "rnn_relu": (0,)}
+
+
+class PackedData:
+    """What ``_pack_padded_sequence`` returns as ``data``: the padded tensor itself (layout
+    ``batch_first``), the lengths in its batch order and a [T, B, 1] bool step mask.
+
+    PyTorch's packed ``data`` is ragged ([sum(lengths), F]); the recurrent mappings read
+    the padded form instead and ``_pad_packed_sequence`` turns it back into a tensor."""
+
+    def __init__(self, padded, lengths, mask, batch_first, root=None):
+        self.padded = padded
+        self.lengths = lengths
+        self.mask = mask
+        self.batch_first = batch_first
+        self.root = root if root is not None else self
+
+
+class PackedBatchSizes:
+    """``batch_sizes`` of a packed sequence: only its first entry (the batch size) and its
+    length are ever read by PyTorch's own code."""
+
+    def __init__(self, data: PackedData, batch, steps):
+        self.data = data
+        self.batch = batch
+        self.steps = steps
+
+
+# ---------------------------------------------------------------------------- aten entries
+@aten("lstm")
+@own_shapes
+def lstm(g, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+         batch_first=False):
+    """``lstm.input(input, hx[], params[], ...)`` or ``lstm.data(data, batch_sizes, hx[],
+    params[], ...)`` (packed; then the last argument is ``bidirectional`` shifted)."""
+    if isinstance(input, PackedData):
+        data, batch_sizes, hx, params, has_biases, num_layers, dropout, train, \
+            bidirectional = input, hx, params, has_biases, num_layers, dropout, train, \
+            bidirectional, batch_first
+        return _packed(g, "lstm", data, batch_sizes, list(hx), params, has_biases,
+                       num_layers, dropout, train, bidirectional)
+    if not isinstance(hx, list):
+        raise g.error("batch_sizes: a packed sequence must come from pack_padded_sequence "
+                      "in the same model")
+    return _layers(g, "lstm", input, list(hx), params, has_biases, num_layers, dropout,
+                   train, bidirectional, batch_first, None)
+
+
+@aten("gru")
+@own_shapes
+def gru(g, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+        batch_first=False):
+    return _single_state(g, "gru", input, hx, params, has_biases, num_layers, dropout,
+                         train, bidirectional, batch_first)
+
+
+@aten("rnn_tanh")
+@own_shapes
+def rnn_tanh(g, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+             batch_first=False):
+    return _single_state(g, "rnn_tanh", input, hx, params, has_biases, num_layers, dropout,
+                         train, bidirectional, batch_first)
+
+
+@aten("rnn_relu")
+@own_shapes
+def rnn_relu(g, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+             batch_first=False):
+    return _single_state(g, "rnn_relu", input, hx, params, has_biases, num_layers, dropout,
+                         train, bidirectional, batch_first)
+
+
+def _single_state(g, kind, input, hx, params, has_biases, num_layers, dropout, train,
+                  bidirectional, batch_first):
+    """``gru/rnn_*.input(input, hx, params[], ..., batch_first)`` or ``.data(data,
+    batch_sizes, hx, params[], ..., bidirectional)``."""
+    if isinstance(input, PackedData):
+        # .data(data, batch_sizes, hx, params[], has_biases, num_layers, dropout, train,
+        #       bidirectional): every argument sits one place later than in .input
+        return _packed(g, kind, input, hx, [params], has_biases, num_layers, dropout, train,
+                       bidirectional, batch_first)
+    if isinstance(params, Tensor) or not isinstance(params, list):
+        raise g.error("batch_sizes: a packed sequence must come from pack_padded_sequence "
+                      "in the same model")
+    return _layers(g, kind, input, [hx], params, has_biases, num_layers, dropout, train,
+                   bidirectional, batch_first, None)
+
+
+def _packed(g, kind, data, batch_sizes, hx, params, has_biases, num_layers, dropout, train,
+            bidirectional):
+    if not isinstance(batch_sizes, PackedBatchSizes) or batch_sizes.data is not data.root:
+        raise g.error("batch_sizes: must be the batch_sizes of the same packed sequence")
+    out = _layers(g, kind, data.padded, hx, params, has_biases, num_layers, dropout, train,
+                  bidirectional, data.batch_first, data)
+    return (PackedData(out[0], data.lengths, data.mask, data.batch_first, data.root),) + \
+        tuple(out[1:])
+
+
+# ---------------------------------------------------------------------------- layers
+def _layers(g, kind, x, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+            batch_first, packed):
+    """All layers: returns (output, h_n[, c_n]) in PyTorch's layouts."""
+    if train and dropout > 0 and num_layers > 1:
+        raise g.error(f"train=True with dropout={dropout}: training-mode dropout between "
+                      "layers is random; export the model in eval() mode")
+    if not x.dtype.is_floating_point:
+        raise g.error(f"input: {x.dtype} is not a floating-point type")
+    dirs = 2 if bidirectional else 1
+    per = len(params) // (num_layers * dirs) if params else 0
+    n_bias = 2 if has_biases else 0
+    if per not in (2 + n_bias, 3 + n_bias) or per * num_layers * dirs != len(params):
+        raise g.error(f"params: {len(params)} tensors for {num_layers} layer(s) x {dirs} "
+                      f"direction(s) with has_biases={has_biases}")
+    has_proj = per == 3 + n_bias
+    if has_proj and kind != "lstm":
+        raise g.error("params: a projection weight is only defined for LSTM")
+    unbatched = x.rank == 2
+    if x.rank not in (2, 3):
+        raise g.error(f"input: expected a 2-D (unbatched) or 3-D tensor, got rank {x.rank}")
+    if unbatched:
+        x = g.unsqueeze(x, [1])  # [T, 1, I]
+        hx = [g.unsqueeze(h, [1]) if h is not None else None for h in hx]
+        t_axis = 0
+    else:
+        t_axis = 1 if batch_first else 0
+    b_axis = 1 - t_axis
+    batch = x.shape[b_axis]
+    mask = packed.mask if packed is not None else None  # [T, B, 1] bool, time-major
+
+    finals: list[list[Tensor]] = [[] for _ in hx]  # per state kind: one [1, B, H] per k
+    for layer in range(num_layers):
+        ws = [params[(layer * dirs + d) * per:(layer * dirs + d + 1) * per]
+              for d in range(dirs)]
+        proj = _input_projection(g, kind, x, ws, has_biases, t_axis)
+        outs = []
+        for d in range(dirs):
+            k = layer * dirs + d
+            w = ws[d]
+            w_hh = w[1]
+            b_hh = w[3] if has_biases else None
+            w_hr = w[2 + n_bias] if has_proj else None
+            hidden = w[0].shape[0] // _GATES[kind]
+            h_size = w_hr.shape[0] if has_proj else hidden
+            inits = []
+            for s, h in enumerate(hx):
+                size = h_size if s == 0 else hidden
+                inits.append(_initial_state(g, h, k, batch, size, x.dtype))
+            y, lasts = _direction(g, kind, proj[d], inits, w_hh, b_hh, w_hr, hidden,
+                                  t_axis, reverse=d == 1, mask=mask)
+            outs.append(y)
+            for s, last in enumerate(lasts):
+                finals[s].append(g.unsqueeze(last, [0]))
+        x = g.concat(outs, 2)
+    results = [x] + [g.concat(f, 0) for f in finals]
+    if unbatched:
+        results = [g.squeeze(r, [1]) for r in results]
+    return tuple(results)
+
+
+def _initial_state(g, hx, k, batch, size, dtype):
+    """State ``k`` of ``hx`` ([L*D, B, H]) as [B, H], or zeros when not given."""
+    if hx is None or (hx.is_const and not bool(hx.value.any())):
+        return g.broadcast_to(g.scalar(0.0, dtype), [batch, size])  # nn.LSTM's zeros
+    if hx.is_const:
+        return g.const(hx.value[k].to(dtype))
+    h = g.squeeze(g.slice(hx, 0, k, k + 1), [0])
+    return g.cast(h, dtype)
+
+
+def _input_projection(g, kind, x, ws, has_biases, t_axis):
+    """``x @ W_ih^T + b`` for every step, per direction: one matmul for all directions.
+
+    The bias folded here is ``b_ih`` (+ ``b_hh`` except for GRU, whose ``b_hn`` sits
+    inside the reset product)."""
+    order = _ORDER[kind]
+    w_all = [_gate_rows(g, w[0], order) for w in ws]
+    w_cat = _cat_rows(g, w_all)
+    bias = None
+    if has_biases:
+        bs = []
+        for w in ws:
+            b = _gate_rows(g, w[2], order)
+            if kind != "gru":
+                b = _add(g, b, _gate_rows(g, w[3], order))
+            bs.append(b)
+        bias = _cat_rows(g, bs)
+    lead = list(x.shape[:2])
+    feat = x.shape[2]
+    flat = g.reshape(x, [lead[0] * lead[1], feat])
+    y = g.op("matmul", flat, g.cast(w_cat, x.dtype), transposeA=False, transposeB=True,
+             out_shape=[lead[0] * lead[1], w_cat.shape[0]], out_dtype=x.dtype)
+    if bias is not None:
+        y = g.binary("add", y, g.cast(bias, x.dtype), x.dtype)
+    y = g.reshape(y, lead + [w_cat.shape[0]])
+    width = w_all[0].shape[0]
+    return [g.slice(y, 2, d * width, (d + 1) * width) for d in range(len(ws))]
+
+
+def _direction(g, kind, proj, inits, w_hh, b_hh, w_hr, hidden, t_axis, reverse, mask):
+    """One scan over ``proj`` ([T, B, G*H] or [B, T, G*H]): (output, [last states])."""
+    step = -1 if reverse else 1
+    loop = Loop(g, kind)
+    b = loop.body
+    xw = b.squeeze(loop.scan(proj, axis=t_axis, step=step), [t_axis])  # [B, G*H]
+    states = [loop.state(s) for s in inits]
+    h = states[0]
+    r = loop.full(g.cast(_gate_rows(g, w_hh, _ORDER[kind]), proj.dtype))
+    rh = b.op("matmul", h, r, transposeA=False, transposeB=True,
+              out_shape=[h.shape[0], r.shape[0]], out_dtype=h.dtype)
+    if kind == "lstm":
+        c = states[1]
+        h_new, c_new = lstm_step(b, b.binary("add", xw, rh, h.dtype), c, hidden)
+        if w_hr is not None:
+            wr = loop.full(g.cast(w_hr, proj.dtype))
+            h_new = b.op("matmul", h_new, wr, transposeA=False, transposeB=True,
+                         out_shape=[h.shape[0], wr.shape[0]], out_dtype=h.dtype)
+        news = [h_new, c_new]
+    elif kind == "gru":
+        if b_hh is not None:
+            rh = b.binary("add", rh, loop.full(g.cast(_gate_rows(g, b_hh, _GRU_ORDER),
+                                                      proj.dtype)), h.dtype)
+        news = [gru_step(b, xw, rh, h, hidden)]
+    else:
+        pre = b.binary("add", xw, rh, h.dtype)
+        news = [b.op("tanh" if kind == "rnn_tanh" else "relu", pre)]
+    y = news[0]
+    if mask is not None:
+        m = b.squeeze(loop.scan(mask, axis=0, step=step), [0])  # [B, 1]
+        news = [b.op("select", m, n, s, out_shape=s.shape, out_dtype=s.dtype)
+                for n, s in zip(news, states)]
+        y = b.op("select", m, y, b.scalar(0.0, y.dtype), out_shape=y.shape,
+                 out_dtype=y.dtype)
+    for s, n in zip(states, news):
+        loop.update(s, n)
+    specs = [loop.scan_output(b.unsqueeze(y, [t_axis]), axis=t_axis, step=step)]
+    specs += [loop.last_output(n) for n in news]
+    outs = loop.outputs(specs)
+    return outs[0], outs[1:]
+
+
+# ---------------------------------------------------------------------------- cell math
+def lstm_step(g, preact, c, hidden):
+    """(h, c) from gate pre-activations in ``i, o, f, g`` order and the previous cell."""
+    if preact.dtype in (torch.float32, torch.float16):
+        return g.op("tract_core_lstm_epilogue", preact, c, hidden=hidden, outputs=2,
+                    out_shapes=[c.shape, c.shape], out_dtypes=[c.dtype, c.dtype])
+    ax = preact.rank - 1
+    i, o, f, z = (g.slice(preact, ax, k * hidden, (k + 1) * hidden) for k in range(4))
+    i, o, f = (_sigmoid(g, t) for t in (i, o, f))
+    c_new = g.binary("add", g.binary("mul", f, c), g.binary("mul", i, g.op("tanh", z)))
+    return g.binary("mul", o, g.op("tanh", c_new)), c_new
+
+
+def gru_step(g, xh, rh, h, hidden):
+    """The new hidden state from ``x W_ih^T + b_ih`` and ``h W_hh^T + b_hh`` (``z, r, n``)."""
+    if xh.dtype in (torch.float32, torch.float16):
+        return g.op("tract_core_gru_epilogue", xh, rh, h, hidden=hidden, out_shape=h.shape,
+                    out_dtype=h.dtype)
+    ax = xh.rank - 1
+    xz, xr, xn = (g.slice(xh, ax, k * hidden, (k + 1) * hidden) for k in range(3))
+    hz, hr, hn = (g.slice(rh, ax, k * hidden, (k + 1) * hidden) for k in range(3))
+    z = _sigmoid(g, g.binary("add", xz, hz))
+    r = _sigmoid(g, g.binary("add", xr, hr))
+    n = g.op("tanh", g.binary("add", xn, g.binary("mul", r, hn)))
+    return g.binary("add", n, g.binary("mul", z, g.binary("sub", h, n)))
+
+
+def _sigmoid(g, x):
+    """tract's sigmoid is f32/f16 only; ``(1 + tanh(x / 2)) / 2`` is the same function."""
+    if x.dtype in (torch.float32, torch.float16):
+        return g.op("sigmoid", x)
+    t = g.op("tanh", g.binary("mul", x, 0.5, x.dtype))
+    return g.binary("mul", g.binary("add", t, 1.0, x.dtype), 0.5, x.dtype)
+
+
+# ---------------------------------------------------------------------------- weights
+def _gate_rows(g, w, order):
+    """``w`` with its gate blocks (rows) in ``order``; a weight stays a labelled weight."""
+    if tuple(order) == tuple(range(len(order))):
+        return w
+    n = w.shape[0] // len(order)
+    if w.is_const:
+        data = torch.cat([w.value[k * n:(k + 1) * n] for k in order])
+        return g.variable(data, _label(g, w)) if w.literal is None else g.const(data)
+    return g.concat([g.slice(w, 0, k * n, (k + 1) * n) for k in order], 0)
+
+
+def _cat_rows(g, ws):
+    if len(ws) == 1:
+        return ws[0]
+    if all(w.is_const for w in ws):
+        labels = [_label(g, w) for w in ws]
+        label = labels[0] if labels[0] else None
+        return g.variable(torch.cat([w.value for w in ws]), label)
+    return g.concat([g.cast(w, ws[0].dtype) for w in ws], 0)
+
+
+def _add(g, a, b):
+    if a.is_const and b.is_const:
+        return g.variable(a.value + b.value, _label(g, a))
+    return g.binary("add", a, b, a.dtype)
+
+
+def _label(g, t):
+    v = next((v for v in g.variables if v.tensor is t), None)
+    return v.label if v is not None else None
+
+
+# ---------------------------------------------------------------------------- cells
+@aten("lstm_cell")
+def lstm_cell(g, input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """One LSTM step (``nn.LSTMCell``): ``(h', c')``; 1-D (unbatched) input too."""
+    h, c = hx
+    hidden = w_ih.shape[0] // 4
+    pre = _cell_preact(g, input, h, w_ih, w_hh, b_ih, b_hh, _LSTM_ORDER)
+    c = g.cast(c, pre.dtype)
+    if input.rank == 1:
+        pre, c = g.unsqueeze(pre, [0]), g.unsqueeze(c, [0])
+    h_new, c_new = lstm_step(g, pre, c, hidden)
+    if input.rank == 1:
+        h_new, c_new = g.squeeze(h_new, [0]), g.squeeze(c_new, [0])
+    return h_new, c_new
+
+
+@aten("gru_cell")
+def gru_cell(g, input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """One GRU step (``nn.GRUCell``), the reset gate applied after the hidden product."""
+    hidden = w_ih.shape[0] // 3
+    order = _GRU_ORDER
+    xh = _affine(g, input, w_ih, b_ih, order)
+    rh = _affine(g, g.cast(hx, xh.dtype), w_hh, b_hh, order)
+    h = g.cast(hx, xh.dtype)
+    if input.rank == 1:
+        xh, rh, h = (g.unsqueeze(t, [0]) for t in (xh, rh, h))
+    out = gru_step(g, xh, rh, h, hidden)
+    return g.squeeze(out, [0]) if input.rank == 1 else out
+
+
+@aten("rnn_tanh_cell")
+def rnn_tanh_cell(g, input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    pre = _cell_preact(g, input, hx, w_ih, w_hh, b_ih, b_hh, (0,))
+    return g.op("tanh", pre)
+
+
+@aten("rnn_relu_cell")
+def rnn_relu_cell(g, input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    pre = _cell_preact(g, input, hx, w_ih, w_hh, b_ih, b_hh, (0,))
+    return g.op("relu", pre)
+
+
+def _cell_preact(g, x, h, w_ih, w_hh, b_ih, b_hh, order):
+    pre = _affine(g, x, w_ih, b_ih, order)
+    return g.binary("add", pre, _affine(g, g.cast(h, pre.dtype), w_hh, b_hh, order),
+                    pre.dtype)
+
+
+def _affine(g, x, w, b, order):
+    """``x @ w^T + b`` for a 1-D or 2-D ``x``, gate rows in ``order``."""
+    if not x.dtype.is_floating_point:
+        raise g.error(f"input: {x.dtype} is not a floating-point type")
+    w = g.cast(_gate_rows(g, w, order), x.dtype)
+    x2 = g.unsqueeze(x, [0]) if x.rank == 1 else x
+    y = g.op("matmul", x2, w, transposeA=False, transposeB=True,
+             out_shape=[x2.shape[0], w.shape[0]], out_dtype=x.dtype)
+    if b is not None:
+        y = g.binary("add", y, g.cast(_gate_rows(g, b, order), x.dtype), x.dtype)
+    return g.squeeze(y, [0]) if x.rank == 1 else y
