@@ -128,6 +128,9 @@ def _avg_pool(g, self, kernel_size, stride, padding, ceil_mode, count_include_pa
                                                ceil_mode, n)
     out_shape = list(self.shape[:lead]) + sizes
     x = self
+    if any(p[i] and g.streams(x, lead + i) for i in range(n)):
+        return _avg_pool_streaming(g, x, lead, k, s, d, p, extra, out_shape,
+                                   count_include_pad, divisor_override)
     if divisor_override is not None:
         if divisor_override == 0:
             raise g.error("divisor_override: must not be zero")
@@ -151,6 +154,32 @@ def _avg_pool(g, self, kernel_size, stride, padding, ceil_mode, count_include_pa
     border = "ignore" if any(a or b for a, b in pads) else "constant"
     return g.op("avg_pool", x, border=border, out_shape=out_shape,
                 **_attrs(lead, k, s, d, pads))
+
+
+def _avg_pool_streaming(g, x, lead, k, s, d, p, extra, out_shape, count_include_pad,
+                       divisor_override):
+    """Average pooling padded on the streaming axis, in a form tract pulses: tract cannot
+    pulse a pool's own padding ("no padding value for streaming pool"), so the padding is a
+    ``pad`` of zeros, the window sums a ``box`` without padding, and the divisor the same
+    ``box`` over ones (padded with ones when the padding counts, zeros when it does not;
+    the ceil region of static axes never counts)."""
+    n = len(k)
+    pads = [(0, 0)] * lead + [(p[i], p[i]) for i in range(n)]
+    attrs = _attrs(lead, k, s, d, [(0, extra[i]) for i in range(n)])
+    padded = [x.shape[lead + i] + 2 * p[i] for i in range(n)]
+    xp = g.op("pad", x, padding=pads, border="constant", value=0.0,
+              out_shape=list(x.shape[:lead]) + padded)
+    total = g.op("box", xp, border="constant", normalize=False, out_shape=out_shape, **attrs)
+    if divisor_override is not None:
+        if divisor_override == 0:
+            raise g.error("divisor_override: must not be zero")
+        return g.binary("div", total, float(divisor_override), x.dtype)
+    ones = g.broadcast_to(g.scalar(1.0, x.dtype), [1] * lead + list(x.shape[lead:]))
+    onesp = g.op("pad", ones, padding=pads, border="constant",
+                 value=1.0 if count_include_pad else 0.0, out_shape=[1] * lead + padded)
+    count = g.op("box", onesp, border="constant", normalize=False,
+                 out_shape=[1] * lead + out_shape[lead:], **attrs)
+    return g.binary("div", total, count, x.dtype)
 
 
 @aten("avg_pool1d")

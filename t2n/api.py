@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from . import dtypes, passes, weight_formats
+from . import streaming as _stream
 from .builder import Graph, safe_identifier
 from .capture import capture, load_torchscript
 from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck, compare
@@ -42,14 +43,23 @@ class ExportResult:
     checks: list[OutputCheck] | None = None
     warnings: list[str] = field(default_factory=list)
     extras: dict = field(default_factory=dict)
+    stream: object = None  # t2n.streaming.StreamReport of a streaming export, else None
 
     @property
     def op_count(self) -> int:
         return sum(self.op_histogram.values())
 
     @property
+    def delay(self):
+        """Streaming exports: the output delay of tract's pulsed model, in steps of the
+        streaming axis (an int, or {output: delay} when outputs differ); else None."""
+        return None if self.stream is None else self.stream.delay
+
+    @property
     def passed(self) -> bool | None:
-        return None if self.checks is None else all(c.ok for c in self.checks)
+        results = [r for r in (self.checks, getattr(self.stream, "checks", None))
+                   if r is not None]
+        return None if not results else all(c.ok for r in results for c in r)
 
     def report(self) -> str:
         lines = [f"exported {self.path} ({self.archive_bytes:,} bytes, {self.op_count} ops, "
@@ -63,8 +73,11 @@ class ExportResult:
         for line in self.extras.get("report_lines", []):
             lines.append("  " + line)
         if self.checks is not None:
-            lines.append("  check in tract: " + ("PASSED" if self.passed else "FAILED"))
+            ok = all(c.ok for c in self.checks)
+            lines.append("  check in tract: " + ("PASSED" if ok else "FAILED"))
             lines += ["    " + c.line() for c in self.checks]
+        if self.stream is not None:
+            lines += ["  " + line for line in self.stream.lines()]
         return "\n".join(lines)
 
 
@@ -131,18 +144,22 @@ class _Built:
     outputs: list
     output_names: list[str]
     tracer_warnings: list[str]
+    stream_axes: list[int] | None = None  # per input, its streaming axis (-1: none)
 
 
-def _build(model, args, input_names, output_names, dynamic_axes, options) -> _Built:
+def _build(model, args, input_names, output_names, dynamic_axes, options,
+           stream_spec=None) -> _Built:
     """capture -> walk -> passes: the graph the writer serialises."""
     in_names = _names(input_names, len(args), "input", "input")
+    symbols = _symbols_for(dynamic_axes, in_names, args) if dynamic_axes else {}
+    spec = _stream.resolve(*stream_spec, symbols, args, in_names) if stream_spec else None
     captured = capture(model, args)
     if captured.n_inputs != len(args):
         raise UsageError(f"the traced model takes {captured.n_inputs} tensor input(s), "
                          f"{len(args)} given")
-    symbols = _symbols_for(dynamic_axes, in_names, args) if dynamic_axes else {}
 
     g = Graph()
+    g.streaming = spec
     inputs = []
     for i, (name, a) in enumerate(zip(in_names, args)):
         if not dtypes.supported(a.dtype):
@@ -166,23 +183,28 @@ def _build(model, args, input_names, output_names, dynamic_axes, options) -> _Bu
         handles.append(t)
     g.set_outputs(handles, out_names)
     passes.run_pipeline(g, passes.PassContext(model=model, args=args, options=dict(options)))
-    return _Built(g, inputs, handles, out_names, list(captured.tracer_warnings))
+    if spec is not None:
+        _stream.refusals(g, spec)
+    return _Built(g, inputs, handles, out_names, list(captured.tracer_warnings),
+                  _stream.stream_axes(spec, symbols, len(args)) if spec else None)
 
 
 def export_graph(model, args, *, input_names=None, output_names=None, dynamic_axes=None,
-                 **options) -> Graph:
+                 streaming=None, **options) -> Graph:
     """The NNEF graph ``export`` would write for these arguments (after the passes).
 
     For tests and tools that inspect the graph (op counts, shapes) without an archive."""
     model = _load_model(model)
     args = _as_args(args)
     _check_options(options)
-    return _build(model, args, input_names, output_names, dynamic_axes, options).graph
+    return _build(model, args, input_names, output_names, dynamic_axes, options,
+                  (streaming, None) if streaming is not None else None).graph
 
 
 def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None,
            check: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
-           weights: str = "f32", **options) -> ExportResult:
+           weights: str = "f32", streaming: str | None = None, pulse: int | None = None,
+           **options) -> ExportResult:
     """Export ``model`` run on ``args`` to the NNEF archive ``f`` for tract.
 
     ``f`` ending in ``.tgz``/``.tar.gz`` gives a gzip tar, ``.tar`` a tar, anything else a
@@ -204,6 +226,13 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     compressed format, ``check=True`` compares tract with PyTorch run on a copy of the
     model holding the same rounded weights (the user's model is not modified), and also
     reports the error against the original model (``extras["weights_error"]``).
+
+    ``streaming="S"`` (one of the ``dynamic_axes`` symbols) makes a streaming export: the
+    graph is built in forms tract can pulse over ``S``, tract pulses it (a model that cannot
+    stream is refused, naming the op and line), ``result.delay`` gives the pulsed model's
+    output delay, and ``check=True`` also runs the pulsed model chunk by chunk (``pulse``
+    steps per chunk; default a small divisor of the example length) against PyTorch on the
+    whole stream (see :mod:`t2n.streaming`).
     """
     t0 = time.perf_counter()
     model = _load_model(model)
@@ -220,7 +249,8 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     if not os.path.isdir(os.path.dirname(os.path.abspath(f))):
         raise UsageError(f"cannot write {f}: directory {os.path.dirname(os.path.abspath(f))} "
                          "does not exist")
-    built = _build(model, args, input_names, output_names, dynamic_axes, options)
+    built = _build(model, args, input_names, output_names, dynamic_axes, options,
+                   (streaming, pulse) if streaming is not None or pulse is not None else None)
     g, inputs, handles, out_names = built.graph, built.inputs, built.outputs, built.output_names
 
     from .progress import Bar, for_export
@@ -244,6 +274,15 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         extras=dict(g.__dict__.get("extras", {})))
     for w in g.warnings:
         warnings.warn(w, stacklevel=2)
+    if g.streaming is not None:
+        reference = model
+        if check and g.storage:  # compressed weights: the stream runs on the rounded ones
+            from .weight_check import rounded_copy
+
+            reference = rounded_copy(model, g)
+        result.stream = _stream.pulse_and_check(
+            f, g, g.streaming, model=reference, args=args, axes=built.stream_axes,
+            out_names=out_names, check=check, rtol=rtol, atol=atol)
     if check and g.storage:  # compressed weights: compare on the same rounded weights
         from .weight_check import check_compressed, cost_lines
 
@@ -253,9 +292,11 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         result.extras.setdefault("report_lines", []).extend(cost_lines(cost))
     elif check:
         result.checks = check_archive(f, model, args, out_names, rtol=rtol, atol=atol)
-        if not result.passed:
-            raise CheckFailedError("tract's outputs differ from PyTorch's:\n" + "\n".join(
-                "  " + c.line() for c in result.checks), report=result)
+    if check and not result.passed:
+        bad = [c for c in result.checks + (result.stream.checks if result.stream else [])
+               if not c.ok]
+        raise CheckFailedError("tract's outputs differ from PyTorch's:\n" + "\n".join(
+            "  " + c.line() for c in bad), report=result)
     return result
 
 

@@ -83,6 +83,7 @@ class Op:
     args: list
     attrs: dict
     outputs: list
+    origin: Any = None  # the NodeContext of the aten node that emitted it (None in passes)
 
 
 @dataclass
@@ -239,6 +240,9 @@ class Graph:
         self.warnings: list[str] = []
         # id(variable tensor) -> how it is stored (t2n.weight_formats); absent: as held
         self.storage: dict = {}
+        # the export's streaming axis (t2n.streaming.Streaming) or None; lowerings consult
+        # it through streams() to pick forms tract can pulse
+        self.streaming = None
 
     # ------------------------------------------------------------------ naming
     def fresh_name(self, hint: str) -> str:
@@ -260,6 +264,10 @@ class Graph:
 
     def out_shape(self, i: int = 0) -> tuple:
         return tuple(self.node.out_shapes[i])
+
+    def streams(self, t: Tensor, axis: int) -> bool:
+        """Whether ``axis`` of ``t`` is the streaming axis of a streaming export."""
+        return self.streaming is not None and self.streaming.carries(t.shape[axis])
 
     def error(self, message: str) -> ConversionError:
         """A ConversionError naming the current op: ``raise g.error("...")``."""
@@ -412,7 +420,7 @@ class Graph:
         out_dtypes = out_dtypes or [dtype] * outputs
         out_shapes = out_shapes or [shape] * outputs
         outs = [Tensor(self.fresh_name(kind), s, d) for s, d in zip(out_shapes, out_dtypes)]
-        self.ops.append(Op(kind, list(args), attrs, outs))
+        self.ops.append(Op(kind, list(args), attrs, outs, self.node))
         return outs[0] if outputs == 1 else tuple(outs)
 
     # ------------------------------------------------------------------ shared helpers
@@ -508,7 +516,8 @@ class Graph:
         shape[axis] = (n + stride - 1) // stride if isinstance(n, int) else _ceil_div(n, stride)
         if isinstance(n, int) and n == 0:
             shape[axis] = 0
-        if stride > 1 and not (isinstance(n, int) and n == 0):
+        if stride > 1 and not (isinstance(n, int) and n == 0) and not self.streams(t, axis):
+            # (on a streaming axis the strided slice stays: tract pulses it, not a gather)
             # tract 0.23.9 miscompiles a strided slice (its Downsample op) pulled over a
             # softmax on the same axis (wrong values) or over a reshape ("Invalid axis" at
             # load): a gather of in-range indices 0, stride, ... is the same thing, safely

@@ -117,6 +117,13 @@ def cli(debug: bool):
               help="Run the archive in tract and compare with PyTorch (exit 1 on mismatch).")
 @click.option("--dynamic", multiple=True, metavar="NAME:AXIS=SYM",
               help="Make an input axis a symbol, e.g. x:0=B (repeatable).")
+@click.option("--stream", "stream", metavar="SYM", default=None,
+              help="Streaming export over the --dynamic symbol SYM: forms tract can pulse, "
+                   "the output delay in the report, and with --check a chunk-by-chunk run "
+                   "of the pulsed model compared with PyTorch.")
+@click.option("--pulse", "pulse", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Steps per chunk of the --stream check (default: a small divisor of the "
+                   "example length).")
 @click.option("--output-name", "output_names", multiple=True, metavar="NAME",
               help="Name of each output, in order (default output_0, output_1, ...).")
 @click.option("--int-range", default="0:10", show_default=True, metavar="LO:HI",
@@ -141,8 +148,8 @@ def cli(debug: bool):
                    "rounded weights and reports the error against the original model.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def export_cmd(model, output, inputs, check, dynamic, output_names, int_range, seed, rtol,
-               atol, trust_pickle, compact, weights, quiet, as_json):
+def export_cmd(model, output, inputs, check, dynamic, stream, pulse, output_names, int_range,
+               seed, rtol, atol, trust_pickle, compact, weights, quiet, as_json):
     """Export MODEL to an NNEF archive that tract runs.
 
     MODEL is a TorchScript file saved with torch.jit.save, or package.module:callable
@@ -158,6 +165,8 @@ def export_cmd(model, output, inputs, check, dynamic, output_names, int_range, s
       t2n export resnet.pt -o resnet.nnef.tgz --input x:1x3x224x224:f32 --check
       t2n export mypkg.models:make_mlp -o mlp.nnef.tgz --input x:8x64:f32 --dynamic x:0=B
       t2n export mypkg.lm:build -o lm.nnef.tgz --input ids:1x16:i64 --int-range 0:1000
+      t2n export mypkg.kws:build -o kws.nnef.tgz --input x:1x40x64:f32 --dynamic x:2=S \
+          --stream S --pulse 8 --check
     """
     from . import specs
 
@@ -186,7 +195,9 @@ def export_cmd(model, output, inputs, check, dynamic, output_names, int_range, s
     result = run_export(module, args, output, input_names=input_names,
                         output_names=list(output_names) or None, dynamic_axes=dynamic_axes,
                         check=check, rtol=rtol, atol=atol, quiet=quiet, as_json=as_json,
-                        compact=compact, weights=weights)
+                        compact=compact, weights=weights,
+                        **({"streaming": stream, "pulse": pulse}
+                           if stream is not None or pulse is not None else {}))
     return EXIT_OK if result is not None else EXIT_CHECK_FAILED
 
 
@@ -260,10 +271,20 @@ def result_dict(result) -> dict:
         "checks": None,
     }
     if result.checks is not None:
-        d["checks"] = [{"name": c.name, "ok": c.ok, "max_abs_err": _num(c.max_abs_err),
-                        "max_rel_err": _num(c.max_rel_err), "message": c.message}
-                       for c in result.checks]
+        d["checks"] = [_check_dict(c) for c in result.checks]
+    s = getattr(result, "stream", None)
+    if s is not None:
+        d["stream"] = {"symbol": s.symbol, "pulse": s.pulse, "delays": dict(s.delays),
+                       "input_axes": dict(s.input_axes), "output_axes": dict(s.output_axes),
+                       "chunks": s.chunks, "stream_length": s.stream_length,
+                       "checks": None if s.checks is None else [_check_dict(c)
+                                                                for c in s.checks]}
     return d
+
+
+def _check_dict(c) -> dict:
+    return {"name": c.name, "ok": c.ok, "max_abs_err": _num(c.max_abs_err),
+            "max_rel_err": _num(c.max_rel_err), "message": c.message}
 
 
 def _num(x: float):

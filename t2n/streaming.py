@@ -1,0 +1,329 @@
+"""Streaming exports: a time axis tract pulses, verified chunk by chunk.
+
+``t2n.export(..., dynamic_axes={"x": {2: "S"}}, streaming="S", pulse=8)`` names the symbol
+tract's ``Pulse`` transform streams over. The archive is the ordinary one (with ``S``
+symbolic); what streaming changes is:
+
+* **lowerings**: the walk's graph carries a :class:`Streaming` (``Graph.streaming``) that
+  lowerings consult through ``Graph.streams(t, axis)`` to pick forms tract can pulse (a
+  strided slice on the streaming axis stays a slice, not a gather of indices; average
+  pooling pads the stream explicitly);
+* **refusals at export**: :func:`refusals` rejects what tract would pulse into wrong values
+  (a reshape that merges the streaming axis with an axis before it), and tract's own pulse errors are translated back to the aten op and the
+  model's source line that stop streaming (:func:`translate`), not left as tract messages;
+* **the delay**: the pulsed model's output lags its input by ``delay`` steps of the
+  streaming axis (2 for a centred convolution of kernel 5, 0 for a causal model), read from
+  tract (``ExportResult.delay``);
+* **the check**: the example input is fed chunk by chunk through one state of the pulsed
+  model (:mod:`t2n.pulse_runner`, in a child process), the first ``delay`` output steps are
+  dropped, the rest concatenated and compared with PyTorch run on the same whole stream.
+
+What the stream check compares: the stream fed to tract is the example input zero-padded
+to whole chunks, followed by zero chunks that flush the delay. PyTorch runs on that same
+whole stream, and every output step that the fed stream determines (all but the last
+``delay`` steps, which tract has not produced yet) is compared, with ``check``'s
+tolerances. A stream has no end: the last steps of the *example's* output, which a padded
+convolution computes from its right padding, are not what a stream produces at that time,
+so the check compares against the longer stream instead of the example alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .check import OutputCheck, compare
+from .errors import CheckFailedError, ConversionError, TractError, UsageError
+
+DEFAULT_PULSE_AT_LEAST = 8  # the default pulse: the example length's first divisor >= 8
+
+
+@dataclass(frozen=True)
+class Streaming:
+    """The streaming axis of an export: what lowerings consult (``Graph.streams``)."""
+
+    symbol: str
+    pulse: int | None = None  # None: chosen from the example length (default_pulse)
+
+    def carries(self, dim) -> bool:
+        """Whether a dimension (int or sympy expression) varies with the stream."""
+        free = getattr(dim, "free_symbols", None)
+        return bool(free) and any(s.name == self.symbol for s in free)
+
+
+@dataclass
+class StreamReport:
+    """What tract's pulsed model is, and how its chunk-by-chunk run matched PyTorch."""
+
+    symbol: str
+    pulse: int
+    delays: dict[str, int]  # output name -> delay in steps of the output's streaming axis
+    input_axes: dict[str, int]  # input name -> streaming axis (-1: not streamed)
+    output_axes: dict[str, int]
+    output_pulses: dict[str, int] = field(default_factory=dict)
+    checks: list[OutputCheck] | None = None
+    chunks: int = 0
+    stream_length: int = 0
+
+    @property
+    def delay(self):
+        """The delay of the outputs: one int when they agree, else {output: delay}."""
+        values = set(self.delays.values())
+        return values.pop() if len(values) == 1 else dict(self.delays)
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.checks is None else all(c.ok for c in self.checks)
+
+    def lines(self) -> list[str]:
+        per = ", ".join(f"{n} delay {d}, {self.output_pulses.get(n, '?')} steps per chunk"
+                        for n, d in self.delays.items())
+        out = [f"streaming over {self.symbol}, pulse {self.pulse}: {per}"]
+        if self.checks is not None:
+            out.append(f"pulsed check in tract ({self.chunks} chunks of {self.pulse}, one "
+                       f"state, {self.stream_length} stream steps): "
+                       + ("PASSED" if self.passed else "FAILED"))
+            out += ["  " + c.line() for c in self.checks]
+        return out
+
+
+# ---------------------------------------------------------------------------- options
+def resolve(streaming, pulse, symbols: dict[int, dict[int, str]], args,
+            in_names: list[str]) -> Streaming | None:
+    """The :class:`Streaming` of ``export(streaming=, pulse=)``, validated before the trace."""
+    if streaming is None:
+        if pulse is not None:
+            raise UsageError("pulse= is the chunk size of a streaming export: give "
+                             "streaming=SYMBOL too")
+        return None
+    named = sorted({s for axes in symbols.values() for s in axes.values()})
+    if not isinstance(streaming, str) or streaming not in named:
+        raise UsageError(f"streaming={streaming!r} must name one of the dynamic axes' symbols "
+                         f"({', '.join(named) if named else 'none given: add dynamic_axes'})")
+    if pulse is not None and (isinstance(pulse, bool) or not isinstance(pulse, int)
+                              or pulse < 1):
+        raise UsageError(f"pulse={pulse!r} must be a positive integer (steps per chunk)")
+    return Streaming(streaming, pulse)
+
+
+def stream_axes(spec: Streaming, symbols: dict[int, dict[int, str]], n_inputs: int) -> list:
+    """Per input, the axis carrying the streaming symbol (-1 for inputs it does not cross)."""
+    out = []
+    for i in range(n_inputs):
+        axes = [a for a, s in symbols.get(i, {}).items() if s == spec.symbol]
+        out.append(axes[0] if axes else -1)
+    return out
+
+
+def default_pulse(length: int, multiple_of: int = 1) -> int:
+    """A small chunk size that divides the example length: its first divisor >= 8 that is
+    a multiple of ``multiple_of`` (the stride tract asked for), else the length."""
+    for d in range(1, length + 1):
+        if length % d == 0 and d >= min(DEFAULT_PULSE_AT_LEAST, length) \
+                and d % multiple_of == 0:
+            return d
+    return max(length, multiple_of)
+
+
+# ---------------------------------------------------------------------------- export-time refusals
+def refusals(g, spec: Streaming) -> None:
+    """Refuse, naming the aten op and its line, what tract would pulse into wrong values.
+
+    tract's pulse transform (0.23.9) accepts a reshape whose streaming axis is merged with
+    axes before it ((C, S) -> C*S): each chunk is laid out channel-major, so concatenated
+    chunks are not the whole stream's layout. Such reshapes are refused here."""
+    for op in g.live_ops():
+        if op.kind == "reshape":
+            x, y = op.args[0], op.outputs[0]
+            reason = _reshape_reason(spec, x.shape, y.shape)
+        else:
+            continue
+        if reason:
+            raise _refusal(op, reason)
+
+
+def _reshape_reason(spec: Streaming, src, dst) -> str | None:
+    s_in = [i for i, d in enumerate(src) if spec.carries(d)]
+    s_out = [i for i, d in enumerate(dst) if spec.carries(d)]
+    if not s_in and not s_out:
+        return None
+    if len(s_in) != 1 or len(s_out) != 1:
+        return (f"the reshape {list(map(str, src))} -> {list(map(str, dst))} moves the "
+                f"streaming axis {spec.symbol} in a way tract cannot stream")
+    before_in = math.prod(int(d) for d in src[:s_in[0]] if not spec.carries(d))
+    before_out = math.prod(int(d) for d in dst[:s_out[0]] if not spec.carries(d))
+    if before_in != before_out:
+        return (f"the reshape {list(map(str, src))} -> {list(map(str, dst))} merges the "
+                f"streaming axis {spec.symbol} with axes before it: a chunk of the stream "
+                "would not be a contiguous block of the result (put the streaming axis "
+                "first among the merged axes, e.g. permute to (..., S, C) before the "
+                "reshape)")
+    return None
+
+
+def _refusal(op, reason: str) -> ConversionError:
+    origin = op.origin
+    name = origin.op if origin is not None else op.kind
+    return ConversionError(name, f"stops streaming: {reason}",
+                           origin.where if origin is not None else None)
+
+
+# ---------------------------------------------------------------------------- tract's errors
+_STRIDE = re.compile(r"requires pulse \((\d+)\) to be a stride \((\d+)\) multiple")
+_NODE = re.compile(r'#\d+ "([^"]+)"')
+
+
+def translate(message: str, g, spec: Streaming, pulse: int) -> ConversionError:
+    """tract's pulse error as a refusal naming the aten op and the model's source line."""
+    names = _NODE.findall(message)
+    op = _op_named(g, names[-1]) if names else None
+    cause = message.strip().splitlines()[-1] if message.strip() else "(no message)"
+    m = _STRIDE.search(message)
+    if m:
+        reason = (f"its stride {m.group(2)} along {spec.symbol} needs a pulse that is a "
+                  f"multiple of {m.group(2)} (pulse={pulse} given)")
+    elif "could not track pulsing axis" in message or "Disappearing pulsing axis" in message:
+        reason = (f"it combines values across the streaming axis {spec.symbol} (it needs "
+                  "the whole stream: a reduction, a sort, an index along the stream ...)")
+    else:
+        reason = f"tract cannot pulse it over {spec.symbol}: {cause}"
+    if op is None:
+        return ConversionError("streaming", f"tract cannot pulse the model over "
+                               f"{spec.symbol} with pulse {pulse}: {cause}")
+    return _refusal(op, reason)
+
+
+def _op_named(g, tract_node: str):
+    """The builder op whose output tract named ``tract_node`` (tract suffixes the NNEF
+    identifier with ``_...`` or ``.`` for the nodes one NNEF op expands into)."""
+    best, best_len = None, -1
+    for op in g.live_ops():
+        for o in op.outputs:
+            n = o.name
+            if (tract_node == n or tract_node.startswith(n + "_")
+                    or tract_node.startswith(n + ".")) and len(n) > best_len:
+                best, best_len = op, len(n)
+    return best
+
+
+# ---------------------------------------------------------------------------- pulse + run in tract
+def _remove(path: str) -> None:
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+def _child(request: dict, workdir: str, timeout: float) -> dict:
+    req_path = os.path.join(workdir, "request.json")
+    res_path = os.path.join(workdir, "result.json")
+    with open(req_path, "w") as f:
+        json.dump(request, f)
+    env = dict(os.environ, RUST_BACKTRACE="0")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        p = subprocess.run([sys.executable, "-m", "t2n.pulse_runner", req_path, res_path],
+                           capture_output=True, text=True, timeout=timeout, cwd=workdir,
+                           env=env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise TractError(f"tract did not pulse and run the archive within {timeout:.0f} s",
+                         crashed=True) from None
+    if p.returncode in (0, 3) and os.path.exists(res_path):
+        with open(res_path) as f:
+            return json.load(f)
+    tail = " | ".join(ln for ln in p.stderr.strip().splitlines()[-4:] if ln.strip())
+    raise TractError(f"tract crashed while pulsing the archive (exit code {p.returncode}): "
+                     f"{tail or '(no message)'}", crashed=True)
+
+
+def pulse_and_check(path: str, g, spec: Streaming, *, model=None, args=None,
+                    axes: list[int], out_names: list[str], check: bool,
+                    rtol: float, atol: float, timeout: float = 600) -> StreamReport:
+    """Pulse the written archive in tract (a child process), read the delays and, with
+    ``check``, run the example stream chunk by chunk and compare with PyTorch.
+
+    A graph tract cannot pulse is refused (:class:`ConversionError` naming the aten op and
+    line) and the archive removed: it is not the streaming archive asked for."""
+    lengths = [int(a.shape[ax]) for a, ax in zip(args, axes) if ax >= 0]
+    length = lengths[0]
+    pulse = spec.pulse or default_pulse(length)
+    with tempfile.TemporaryDirectory(prefix="t2n-pulse-") as d:
+        request = {"archive": os.path.abspath(path), "symbol": spec.symbol, "pulse": pulse,
+                   "inputs": None, "stream_axes": axes}
+        if check:
+            request["inputs"] = os.path.join(d, "inputs.npz")
+            np.savez(request["inputs"], *[a.detach().numpy() for a in args])
+        for _ in range(4):  # a defaulted pulse follows the stride tract asks for
+            request["pulse"] = pulse
+            res = _child(request, d, timeout)
+            m = _STRIDE.search(res.get("error", ""))
+            if spec.pulse is None and m and default_pulse(length, int(m.group(2))) != pulse:
+                pulse = default_pulse(length, math.lcm(pulse, int(m.group(2))))
+                continue
+            break
+        if "error" in res:
+            if res["stage"] == "run":
+                raise TractError(f"tract could not run the pulsed archive {path}: "
+                                 f"{res['error']}")
+            _remove(path)
+            raise translate(res["error"], g, spec, pulse)
+        in_names = [t.name for t in g.inputs]
+        report = StreamReport(
+            spec.symbol, pulse, dict(zip(out_names, res["delays"])),
+            dict(zip(in_names, res["input_axes"])), dict(zip(out_names, res["output_axes"])),
+            {n: [int(x) for x in f.split(",")[:-1]][a]
+             for n, f, a in zip(out_names, res["output_facts"], res["output_axes"]) if a >= 0})
+        missing = [n for n, a in report.output_axes.items() if a < 0]
+        if missing:
+            _remove(path)
+            raise ConversionError("streaming", f"output(s) {', '.join(missing)} do not run "
+                                  f"along the streaming axis {spec.symbol}: tract's pulsed "
+                                  "model gives them per chunk, not as a stream")
+        if not check:
+            return report
+        with np.load(os.path.join(d, "outputs.npz"), allow_pickle=False) as z:
+            pulsed = [z[f"arr_{i}"] for i in range(len(z.files))]
+    report.chunks, report.stream_length = res["chunks"], res["stream_length"]
+    report.checks = _compare_stream(model, args, axes, res["stream_length"], pulsed,
+                                    report, out_names, rtol, atol)
+    return report
+
+
+def _compare_stream(model, args, axes, stream_length, pulsed, report, out_names, rtol, atol):
+    import torch
+
+    from .api import torch_outputs
+
+    stream = []
+    for a, ax in zip(args, axes):
+        if ax < 0:
+            stream.append(a)
+            continue
+        shape = list(a.shape)
+        shape[ax] = stream_length - a.shape[ax]
+        stream.append(torch.cat([a, torch.zeros(shape, dtype=a.dtype)], dim=ax))
+    expected = torch_outputs(model, tuple(stream))
+    if len(expected) != len(pulsed):
+        raise CheckFailedError(f"the pulsed model returned {len(pulsed)} outputs, "
+                               f"PyTorch {len(expected)}")
+    checks = []
+    for name, e, got in zip(out_names, expected, pulsed):
+        ax = report.output_axes[name]
+        # steps the fed stream determines: tract has produced them, PyTorch's right
+        # padding has not touched them
+        n = min(e.shape[ax], got.shape[ax])
+        e = np.take(e, np.arange(n), axis=ax)
+        got = np.take(got, np.arange(n), axis=ax)
+        c = compare(f"{name} (pulsed, {n} steps)", e, got, rtol=rtol, atol=atol)
+        checks.append(c)
+    return checks
