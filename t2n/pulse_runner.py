@@ -52,9 +52,10 @@ def _facts(model, n_in: int, n_out: int) -> dict:
             "output_facts": [str(model.output_fact(i)) for i in range(n_out)]}
 
 
-def _pulse_shape(fact: str) -> list[int]:
-    """``1,4,8,f32`` -> [1, 4, 8] (a pulsed model's facts are concrete on the stream)."""
-    return [int(d) for d in fact.split(",")[:-1]]
+def pulse_size(fact: str, axis: int) -> int:
+    """The steps per chunk on ``axis`` of a pulsed fact (``B,4,8,f32`` -> 8 on axis 2): the
+    streaming axis is concrete, other axes may stay symbolic."""
+    return int(fact.split(",")[axis])
 
 
 def _run(req: dict, facts: dict, runnable, out_dir: str) -> dict:
@@ -66,8 +67,8 @@ def _run(req: dict, facts: dict, runnable, out_dir: str) -> dict:
     if len(lengths) != 1:
         raise ValueError(f"streamed inputs must share one length, got {sorted(lengths)}")
     length = lengths.pop()
-    out_pulses = [_pulse_shape(f)[a] for f, a in zip(facts["output_facts"],
-                                                     facts["output_axes"])]
+    out_pulses = [pulse_size(f, a) for f, a in zip(facts["output_facts"],
+                                                   facts["output_axes"])]
     data_chunks = max(1, math.ceil(length / pulse))
     # enough zero chunks after the data for every output to emit its delayed steps
     flush = max(math.ceil(d / p) for d, p in zip(facts["delays"], out_pulses))

@@ -43,6 +43,7 @@ import numpy as np
 
 from .check import OutputCheck, compare
 from .errors import CheckFailedError, ConversionError, TractError, UsageError
+from .pulse_runner import pulse_size
 
 DEFAULT_PULSE_AT_LEAST = 8  # the default pulse: the example length's first divisor >= 8
 
@@ -263,13 +264,20 @@ def pulse_and_check(path: str, g, spec: Streaming, *, model=None, args=None,
         if check:
             request["inputs"] = os.path.join(d, "inputs.npz")
             np.savez(request["inputs"], *[a.detach().numpy() for a in args])
-        for _ in range(4):  # a defaulted pulse follows the stride tract asks for
+        multiple = 1
+        for _ in range(6):  # a defaulted pulse follows the strides tract asks for
             request["pulse"] = pulse
             res = _child(request, d, timeout)
             m = _STRIDE.search(res.get("error", ""))
-            if spec.pulse is None and m and default_pulse(length, int(m.group(2))) != pulse:
-                pulse = default_pulse(length, math.lcm(pulse, int(m.group(2))))
-                continue
+            if spec.pulse is None and m:
+                # the op sees pulse/local steps per chunk: it needs local to be a multiple
+                # of its stride, so the input pulse a multiple of (pulse/local) * stride
+                local, stride = int(m.group(1)), int(m.group(2))
+                multiple = math.lcm(multiple, (pulse // max(local, 1)) * stride)
+                nxt = default_pulse(length, multiple)
+                if nxt != pulse:
+                    pulse = nxt
+                    continue
             break
         if "error" in res:
             if res["stage"] == "run":
@@ -281,7 +289,7 @@ def pulse_and_check(path: str, g, spec: Streaming, *, model=None, args=None,
         report = StreamReport(
             spec.symbol, pulse, dict(zip(out_names, res["delays"])),
             dict(zip(in_names, res["input_axes"])), dict(zip(out_names, res["output_axes"])),
-            {n: [int(x) for x in f.split(",")[:-1]][a]
+            {n: pulse_size(f, a)
              for n, f, a in zip(out_names, res["output_facts"], res["output_axes"]) if a >= 0})
         missing = [n for n, a in report.output_axes.items() if a < 0]
         if missing:
