@@ -9,7 +9,8 @@ symbolic); what streaming changes is:
   strided slice on the streaming axis stays a slice, not a gather of indices; average
   pooling pads the stream explicitly);
 * **refusals at export**: :func:`refusals` rejects what tract would pulse into wrong values
-  (a reshape that merges the streaming axis with an axis before it), and tract's own pulse errors are translated back to the aten op and the
+  (a reshape that merges the streaming axis with an axis before it, a recurrent layer
+  reading the stream backwards), and tract's own pulse errors are translated back to the aten op and the
   model's source line that stop streaming (:func:`translate`), not left as tract messages;
 * **the delay**: the pulsed model's output lags its input by ``delay`` steps of the
   streaming axis (2 for a centred convolution of kernel 5, 0 for a causal model), read from
@@ -141,11 +142,14 @@ def refusals(g, spec: Streaming) -> None:
 
     tract's pulse transform (0.23.9) accepts a reshape whose streaming axis is merged with
     axes before it ((C, S) -> C*S): each chunk is laid out channel-major, so concatenated
-    chunks are not the whole stream's layout. Such reshapes are refused here."""
+    chunks are not the whole stream's layout. It also pulses a scan that walks the stream
+    backwards (a reverse-direction RNN), chunk by chunk. Both are refused here."""
     for op in g.live_ops():
         if op.kind == "reshape":
             x, y = op.args[0], op.outputs[0]
             reason = _reshape_reason(spec, x.shape, y.shape)
+        elif op.kind == "tract_core_scan":
+            reason = _scan_reason(g, spec, op.attrs.get("scan") or [])
         else:
             continue
         if reason:
@@ -168,6 +172,18 @@ def _reshape_reason(spec: Streaming, src, dst) -> str | None:
                 "would not be a contiguous block of the result (put the streaming axis "
                 "first among the merged axes, e.g. permute to (..., S, C) before the "
                 "reshape)")
+    return None
+
+
+def _scan_reason(g, spec: Streaming, scans) -> str | None:
+    """A loop that walks the stream from its end (a reverse-direction RNN) cannot run
+    before the stream has ended; tract 0.23.9 pulses it anyway, into wrong values."""
+    for entry in scans:
+        _, x, axis, step = entry
+        if isinstance(step, int) and step < 0 and g.streams(x, axis % x.rank):
+            return (f"it reads the streaming axis {spec.symbol} backwards, from the end of "
+                    "the stream (a reverse or bidirectional recurrent layer); only forward "
+                    "directions can stream")
     return None
 
 

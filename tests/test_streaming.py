@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 import t2n
 import t2n.streaming
+from fixtures import kws
 from t2n.errors import CheckFailedError, ConversionError, UsageError
 
 
@@ -104,31 +105,9 @@ def test_strided_front_end(tmp_path, pulse):
     assert r.delay == 1  # c2 looks one (down-sampled) step ahead
 
 
-class KWS(nn.Module):
-    """Keyword spotting over log-mel frames (1, 1, mels, T): a 2-D conv front end strided
-    in frequency, frequency folded into channels (a reshape that keeps time apart), a
-    depthwise-separable temporal conv, max pooling over time, per-frame class scores."""
-
-    def __init__(self, mels=16, c=8, classes=6):
-        super().__init__()
-        self.front = nn.Conv2d(1, c, 3, stride=(2, 1), padding=1)
-        self.bn = nn.BatchNorm2d(c)
-        self.dw = nn.Conv1d(c * mels // 2, c * mels // 2, 5, padding=2, groups=c * mels // 2)
-        self.pw = nn.Conv1d(c * mels // 2, 24, 1)
-        self.fc = nn.Linear(24, classes)
-
-    def forward(self, x):
-        h = torch.relu(self.bn(self.front(x)))
-        b, c, f, t = h.shape
-        h = h.reshape(b, c * f, t)
-        h = torch.relu(self.pw(self.dw(h)))
-        h = F.max_pool1d(h, 2)
-        return self.fc(h.transpose(1, 2)).log_softmax(-1)
-
-
 @pytest.mark.parametrize("pulse", [4, 8])
 def test_kws_conv_model(tmp_path, pulse):
-    r = stream_export(KWS(), torch.randn(1, 1, 16, 40), tmp_path, pulse, axis=3)
+    r = stream_export(kws.make_kws(), kws.example_input(40), tmp_path, pulse, axis=3)
     assert r.stream.output_pulses == {"output_0": pulse // 2}
     # front 1 + dw 2 = 3 input steps, aligned to the pool's stride: 2 pooled steps (the
     # check itself proves the alignment: dropping a wrong delay would mismatch)
