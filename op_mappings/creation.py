@@ -57,6 +57,13 @@ def zeros_like(g, self, *_):
     return _filled(g, self.shape, 0)
 
 
+@aten("empty_like")
+def empty_like(g, self, *_):
+    """Uninitialised in PyTorch (every value is valid): zeros, so the archive is
+    deterministic. pack_padded_sequence builds its inverse permutation with it."""
+    return _filled(g, self.shape, 0)
+
+
 @aten("ones_like")
 def ones_like(g, self, *_):
     return _filled(g, self.shape, 1)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from t2n.builder import Tensor
+from t2n.errors import ConversionError
 from t2n.loops import Loop
 from t2n.registry import aten, own_shapes
 
@@ -38,29 +39,62 @@ _GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 _ORDER = {"lstm": _LSTM_ORDER, "gru": _GRU_ORDER, "rnn_tanh": (0,), "rnn_relu": (0,)}
 
 
+_PACKED_CONSUMERS = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu", "_pad_packed_sequence"})
+
+
 class PackedData:
     """What ``_pack_padded_sequence`` returns as ``data``: the padded tensor itself (layout
     ``batch_first``), the lengths in its batch order and a [T, B, 1] bool step mask.
 
     PyTorch's packed ``data`` is ragged ([sum(lengths), F]); the recurrent mappings read
-    the padded form instead and ``_pad_packed_sequence`` turns it back into a tensor."""
+    the padded form instead and ``_pad_packed_sequence`` turns it back into a tensor.
+    ``zero_padded``: the steps past each length already hold zeros (an RNN's output)."""
 
-    def __init__(self, padded, lengths, mask, batch_first, root=None):
+    def __init__(self, padded, lengths, mask, batch_first, root=None, zero_padded=False):
         self.padded = padded
         self.lengths = lengths
         self.mask = mask
         self.batch_first = batch_first
         self.root = root if root is not None else self
+        self.zero_padded = zero_padded
+
+    def t2n_aten(self, g, name, inputs):
+        """The walker's hook for aten ops reading this value: only the RNNs and
+        pad_packed_sequence can."""
+        if name in _PACKED_CONSUMERS:
+            return None
+        raise ConversionError(f"aten::{name}", "reads the data of a packed sequence; t2n "
+                              "converts pack_padded_sequence -> LSTM/GRU/RNN -> "
+                              "pad_packed_sequence (apply other ops to the padded tensor)")
 
 
 class PackedBatchSizes:
-    """``batch_sizes`` of a packed sequence: only its first entry (the batch size) and its
-    length are ever read by PyTorch's own code."""
+    """``batch_sizes`` of a packed sequence. PyTorch's own code reads its first entry (the
+    batch size: every length is >= 1) and its length (the longest length)."""
 
     def __init__(self, data: PackedData, batch, steps):
         self.data = data
         self.batch = batch
         self.steps = steps
+        self._longest = None
+
+    def t2n_aten(self, g, name, inputs):
+        if name in _PACKED_CONSUMERS:
+            return None
+        if name == "select" and inputs[1:] == [0, 0]:
+            return [self.batch]
+        if name in ("size", "sym_size") and inputs[1:] in ([0], [-1]):
+            if self._longest is None:
+                import sympy
+
+                n = getattr(g, "_t2n_longest", 0) + 1
+                g._t2n_longest = n
+                self._longest = _MaxLength(self.data, sympy.Symbol(f"t2n_longest_{n}",
+                                                                   integer=True,
+                                                                   positive=True))
+            return [self._longest]
+        raise ConversionError(f"aten::{name}", "reads the batch_sizes of a packed sequence "
+                              "(only batch_sizes[0] and batch_sizes.size(0) are supported)")
 
 
 # ---------------------------------------------------------------------------- aten entries
@@ -129,8 +163,8 @@ def _packed(g, kind, data, batch_sizes, hx, params, has_biases, num_layers, drop
         raise g.error("batch_sizes: must be the batch_sizes of the same packed sequence")
     out = _layers(g, kind, data.padded, hx, params, has_biases, num_layers, dropout, train,
                   bidirectional, data.batch_first, data)
-    return (PackedData(out[0], data.lengths, data.mask, data.batch_first, data.root),) + \
-        tuple(out[1:])
+    return (PackedData(out[0], data.lengths, data.mask, data.batch_first, data.root,
+                       zero_padded=True),) + tuple(out[1:])
 
 
 # ---------------------------------------------------------------------------- layers
@@ -223,12 +257,16 @@ def _input_projection(g, kind, x, ws, has_biases, t_axis):
         bias = _cat_rows(g, bs)
     lead = list(x.shape[:2])
     feat = x.shape[2]
-    flat = g.reshape(x, [lead[0] * lead[1], feat])
+    # [T*B, I] and back, spelled with -1 for the batch axis: after a sort on a dynamic
+    # batch (pack_padded_sequence) tract knows the batch size by another symbol
+    flat = g.op("reshape", x, shape=[-1], axis_start=0, axis_count=2,
+                out_shape=[lead[0] * lead[1], feat])
     y = g.op("matmul", flat, g.cast(w_cat, x.dtype), transposeA=False, transposeB=True,
              out_shape=[lead[0] * lead[1], w_cat.shape[0]], out_dtype=x.dtype)
     if bias is not None:
         y = g.binary("add", y, g.cast(bias, x.dtype), x.dtype)
-    y = g.reshape(y, lead + [w_cat.shape[0]])
+    y = g.op("reshape", y, shape=[-1, lead[1]] if t_axis == 1 else [lead[0], -1],
+             axis_start=0, axis_count=1, out_shape=lead + [w_cat.shape[0]])
     width = w_all[0].shape[0]
     return [g.slice(y, 2, d * width, (d + 1) * width) for d in range(len(ws))]
 
@@ -402,3 +440,79 @@ def _affine(g, x, w, b, order):
     if b is not None:
         y = g.binary("add", y, g.cast(_gate_rows(g, b, order), x.dtype), x.dtype)
     return g.squeeze(y, [0]) if x.rank == 1 else y
+
+
+# ---------------------------------------------------------------------------- packed sequences
+@aten("_pack_padded_sequence")
+def pack_padded_sequence(g, input, lengths, batch_first):
+    """``(data, batch_sizes)`` of ``nn.utils.rnn.pack_padded_sequence``, kept padded: a
+    :class:`PackedData` (the padded input, the lengths, the [T, B, 1] step mask) and a
+    :class:`PackedBatchSizes`. ``enforce_sorted=False`` sorts before this op, with ops t2n
+    converts anyway."""
+    if input.rank < 2:
+        raise g.error(f"input: expected at least 2 dimensions, got {input.rank}")
+    if lengths.rank != 1:
+        raise g.error(f"lengths: expected a 1-D tensor, got rank {lengths.rank}")
+    t_axis = 1 if batch_first else 0
+    steps, batch = input.shape[t_axis], input.shape[1 - t_axis]
+    lengths = g.cast(lengths, torch.int64)
+    t = g.unsqueeze(g.arange(steps), [1])  # [T, 1]
+    mask = g.binary("lt", t, g.unsqueeze(lengths, [0]), torch.int64, out_dtype=torch.bool)
+    mask = g.unsqueeze(mask, [2])  # [T, B, 1]
+    data = PackedData(input, lengths, mask, batch_first)
+    return data, PackedBatchSizes(data, batch, steps)
+
+
+@aten("_pad_packed_sequence")
+def pad_packed_sequence(g, data, batch_sizes, batch_first, padding_value, total_length):
+    """``(padded, lengths)``: the padded tensor in the requested layout, ``padding_value``
+    past each length, ``total_length`` steps (PyTorch passes ``max(lengths)`` when the
+    user gives none; that is a size computed at run time here)."""
+    if not isinstance(data, PackedData) or not isinstance(batch_sizes, PackedBatchSizes) \
+            or batch_sizes.data is not data.root:
+        raise g.error("data: must be a packed sequence made by pack_padded_sequence (or an "
+                      "RNN over one) in the same model")
+    x = data.padded
+    t_axis = 1 if data.batch_first else 0
+    if not (data.zero_padded and float(padding_value) == 0.0):
+        m = data.mask if t_axis == 0 else g.transpose(data.mask, [1, 0, 2])
+        m = g.unsqueeze(m, list(range(3, x.rank)))  # [T, B, 1, ...] for any feature rank
+        x = g.op("select", m, x, g.scalar(float(padding_value), x.dtype),
+                 out_shape=x.shape, out_dtype=x.dtype)
+    if bool(batch_first) != bool(data.batch_first):
+        perm = list(range(x.rank))
+        perm[0], perm[1] = 1, 0
+        x = g.transpose(x, perm)
+    t_axis = 1 if batch_first else 0
+    steps = x.shape[t_axis]
+    if isinstance(total_length, _MaxLength):
+        if total_length.data is not data.root:
+            raise g.error("total_length: the length of another packed sequence")
+        longest = g.reduce("max_reduce", data.lengths, [0], keepdim=False)
+        shape = list(x.shape)
+        shape[t_axis] = total_length.symbol
+        g.add_symbol(total_length.symbol.name)
+        x = g.op("tract_core_dyn_slice", x, g.scalar(0, torch.int64), longest,
+                 len=total_length.symbol, axis=t_axis, out_shape=shape, out_dtype=x.dtype)
+    elif total_length != steps:
+        extra = total_length - steps
+        if isinstance(extra, int) and extra < 0:
+            raise g.error(f"total_length: {total_length} is shorter than the padded input "
+                          f"({steps} steps)")
+        shape = list(x.shape)
+        shape[t_axis] = extra
+        pad = g.broadcast_to(g.scalar(float(padding_value), x.dtype), shape)
+        x = g.concat([x, pad], t_axis)
+    return x, data.lengths
+
+
+class _MaxLength:
+    """``batch_sizes.size(0)``: the longest length, known only at run time (a tract symbol
+    bound by the ``tract_core_dyn_slice`` that cuts the padded output to it)."""
+
+    def __init__(self, data, symbol):
+        self.data = data
+        self.symbol = symbol
+
+    def __repr__(self):
+        return f"max(lengths) [{self.symbol}]"

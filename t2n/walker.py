@@ -245,6 +245,13 @@ class Walker:
     # ------------------------------------------------------------------ aten
     def _aten(self, node, name: str, inputs: list, where: str | None) -> list:
         outs = list(node.outputs())
+        for x in inputs:  # a mapping's non-tensor value (a packed sequence) answers itself
+            hook = getattr(x, "t2n_aten", None)
+            if hook is not None:
+                answer = hook(self.g, name, inputs)
+                if answer is not None:
+                    return answer
+                break
         if name in ("Int", "Float", "Bool", "ScalarImplicit", "IntImplicit", "FloatImplicit"):
             return [self._to_python(name, inputs[0])]
         if name in ("size", "sym_size") and isinstance(inputs[0], Tensor):
@@ -335,7 +342,7 @@ class Walker:
         if name in _NON_DETERMINISTIC:
             return False
         for x in _flat(inputs):
-            if isinstance(x, Tensor) or _is_symbolic(x):
+            if isinstance(x, Tensor) or _is_symbolic(x) or hasattr(x, "t2n_aten"):
                 return False
         return True
 

@@ -258,3 +258,86 @@ def test_cells(batched):
             h = torch.randn(2, 4) if batched else torch.randn(4)
             cases[f"{cell}_bias{bias}"] = (CellLoop(make[cell]()), (x, h))
     check_bundle(cases)
+
+
+# ---------------------------------------------------------------------------- packed sequences
+class Packed(torch.nn.Module):
+    """pack_padded_sequence(enforce_sorted=False) -> RNN -> pad_packed_sequence."""
+
+    def __init__(self, rnn, total_length=False, padding_value=0.0, given=False):
+        super().__init__()
+        self.rnn = rnn
+        self.total_length = total_length
+        self.padding_value = padding_value
+        self.given = given
+
+    def forward(self, x, lengths, *hx):
+        from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+        bf = self.rnn.batch_first
+        p = pack_padded_sequence(x, lengths, batch_first=bf, enforce_sorted=False)
+        if hx:
+            y, h = self.rnn(p, hx if len(hx) == 2 else hx[0])
+        else:
+            y, h = self.rnn(p)
+        total = x.shape[1 if bf else 0] if self.total_length else None
+        y, out_lengths = pad_packed_sequence(y, batch_first=bf, total_length=total,
+                                             padding_value=self.padding_value)
+        return (y, out_lengths) + (tuple(h) if isinstance(h, tuple) else (h,))
+
+
+def _packed_cases(given):
+    cases = {}
+    specs = [("lstm", dict(num_layers=2, bidirectional=True, batch_first=True), False, 0.0),
+             ("lstm", dict(bidirectional=True, proj_size=2), True, -1.0),
+             ("gru", dict(num_layers=2, bidirectional=True, batch_first=True), True, 0.0),
+             ("gru", dict(bidirectional=True), False, 0.5),
+             ("rnn", dict(bidirectional=True, nonlinearity="relu", batch_first=True), False,
+              0.0)]
+    for i, (kind, kw, total, pad) in enumerate(specs):
+        rnn = _make(kind, seed=i, input_size=3, hidden_size=4, **kw)
+        x = _x(rnn, 3, 6)
+        args = (x, torch.tensor([6, 2, 4])) + (tuple(_states(rnn, 3)) if given else ())
+        cases[f"p{i}_{kind}_total{total}"] = (Packed(rnn, total, pad), args)
+    return cases
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["zero_state", "given_state"])
+def test_packed_sequences(given):
+    """Runtime lengths: state frozen past each length, zeros (or padding_value) there, the
+    reverse direction starting at each sequence's own end; the output as long as the
+    longest length when no total_length is given. Several length mixes, one archive."""
+    cases = _packed_cases(given)
+
+    def mix(lengths):
+        out = []
+        for name, (_, args) in cases.items():
+            out += [args[0], torch.tensor(lengths)] + list(args[2:])
+        return tuple(out)
+
+    check_bundle(cases, more_args=[mix([1, 1, 1]), mix([3, 6, 1]), mix([6, 6, 6]),
+                                   mix([2, 5, 5])])
+
+
+def test_packed_dynamic_time():
+    """One archive for every padded length T (the batch stays static: pack_padded_sequence's
+    sort becomes a tract topk whose output size tract names by a symbol of its own)."""
+    rnn = _make("lstm", input_size=3, hidden_size=4, num_layers=2, bidirectional=True,
+                batch_first=True)
+    m = Packed(rnn)
+    assert_exports(m, (_x(rnn, 3, 6), torch.tensor([6, 2, 4])), input_names=["x", "len"],
+                   dynamic_axes={"x": {1: "T"}},
+                   more_args=[(_x(rnn, 3, 1), torch.tensor([1, 1, 1])),
+                              (_x(rnn, 3, 50), torch.tensor([3, 50, 17]))])
+
+
+def test_packed_data_read_is_refused(tmp_path):
+    class Bad(torch.nn.Module):
+        def forward(self, x, lengths):
+            from torch.nn.utils.rnn import pack_padded_sequence
+
+            return pack_padded_sequence(x, lengths, enforce_sorted=False).data * 2
+
+    with pytest.raises(t2n.UnsupportedOperatorsError, match="packed sequence"):
+        t2n.export(Bad(), (torch.randn(5, 2, 3), torch.tensor([5, 3])),
+                   str(tmp_path / "x.nnef.tgz"))
