@@ -114,6 +114,34 @@ def test_kws_conv_model(tmp_path, pulse):
     assert r.delay == 2
 
 
+@pytest.mark.parametrize("pulse", [4, 8])
+def test_kws_conv_gru_model(tmp_path, pulse):
+    """The GRU is a tract_core_scan carrying its state from chunk to chunk; it starts on
+    the delayed convolution output (tract skips the delay's first steps inside the scan)."""
+    r = stream_export(kws.make_kws(gru=True), kws.example_input(40), tmp_path, pulse, axis=3)
+    assert r.op_histogram.get("tract_core_scan") == 1
+    assert r.stream.output_pulses == {"output_0": pulse // 2} and r.delay == 2
+
+
+class Recurrent(nn.Module):
+    def __init__(self, cell, **kw):
+        super().__init__()
+        self.conv = nn.Conv1d(3, 6, 3, padding=1)
+        self.rnn = cell(6, 5, batch_first=True, **kw)
+
+    def forward(self, x):
+        h = torch.relu(self.conv(x)).transpose(1, 2)
+        return self.rnn(h)[0]
+
+
+@pytest.mark.parametrize("cell, kw, pulse", [(nn.LSTM, dict(num_layers=2), 4),
+                                             (nn.GRU, dict(num_layers=2, dropout=0.1), 6),
+                                             (nn.RNN, {}, 4)])
+def test_forward_recurrent_layers_stream(tmp_path, cell, kw, pulse):
+    r = stream_export(Recurrent(cell, **kw), torch.randn(1, 3, 24), tmp_path, pulse)
+    assert r.delay == 1 and r.stream.output_axes == {"output_0": 1}
+
+
 class FrameLayout(nn.Module):
     """(B, T, C) frames: layer norm and MLP per frame, a causal depthwise conv over T."""
 
@@ -251,6 +279,24 @@ def test_pulsed_mismatch_is_a_check_failure(tmp_path, monkeypatch):
     r = e.value.report
     assert all(c.ok for c in r.checks) and not r.stream.passed
     assert "pulsed" in str(e.value) and "FAILED" in r.report()
+
+
+class BiGRU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(4, 5, batch_first=True, bidirectional=True)
+
+    def forward(self, x):
+        return self.rnn(x)[0]  # both directions
+
+
+def test_reverse_direction_rnn_is_refused(tmp_path):
+    """tract would pulse the backward scan chunk by chunk (wrong values): refused."""
+    with pytest.raises(ConversionError) as e:
+        t2n.export(BiGRU(), (torch.randn(1, 16, 4),), str(tmp_path / "b.nnef"),
+                   input_names=["x"], dynamic_axes={"x": {1: "S"}}, streaming="S", pulse=4)
+    assert e.value.op == "aten::gru" and "backwards" in str(e.value)
+    assert e.value.where == line_of(BiGRU, "self.rnn(x)[0]")
 
 
 def test_group_norm_over_the_stream_is_refused(tmp_path):
