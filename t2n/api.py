@@ -16,6 +16,7 @@ from .builder import Graph, safe_identifier
 from .capture import capture, load_torchscript
 from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck, compare
 from .errors import CheckFailedError, TractError, UsageError
+from .targets import get_target
 from .walker import Walker
 
 
@@ -74,7 +75,8 @@ class ExportResult:
             lines.append("  " + line)
         if self.checks is not None:
             ok = all(c.ok for c in self.checks)
-            lines.append("  check in tract: " + ("PASSED" if ok else "FAILED"))
+            engine = self.extras.get("checked_with", "tract")
+            lines.append(f"  check in {engine}: " + ("PASSED" if ok else "FAILED"))
             lines += ["    " + c.line() for c in self.checks]
         if self.stream is not None:
             lines += ["  " + line for line in self.stream.lines()]
@@ -204,7 +206,7 @@ def export_graph(model, args, *, input_names=None, output_names=None, dynamic_ax
 def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None,
            check: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
            weights: str = "f32", streaming: str | None = None, pulse: int | None = None,
-           **options) -> ExportResult:
+           target: str = "tract", **options) -> ExportResult:
     """Export ``model`` run on ``args`` to the NNEF archive ``f`` for tract.
 
     ``f`` ending in ``.tgz``/``.tar.gz`` gives a gzip tar, ``.tar`` a tar, anything else a
@@ -233,8 +235,16 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     output delay, and ``check=True`` also runs the pulsed model chunk by chunk (``pulse``
     steps per chunk; default a small divisor of the example length) against PyTorch on the
     whole stream (see :mod:`t2n.streaming`).
+
+    ``target="khronos"`` writes standard NNEF (Khronos 1.0.5: standard operations only,
+    static shapes, weights as held) instead of tract's dialect (:mod:`t2n.targets`); its
+    check parses the archive with the Khronos parser and runs nnef-tools' interpreter.
     """
     t0 = time.perf_counter()
+    tgt = get_target(target)
+    if tgt.name != "tract" and (weights != "f32" or streaming is not None or pulse is not None):
+        raise UsageError(f"target {tgt.name!r} writes weights as the model holds them and no "
+                         "streaming form: weights=, streaming= and pulse= are tract's")
     model = _load_model(model)
     args = _as_args(args)
     if not isinstance(f, (str, os.PathLike)):
@@ -252,13 +262,14 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     built = _build(model, args, input_names, output_names, dynamic_axes, options,
                    (streaming, pulse) if streaming is not None or pulse is not None else None)
     g, inputs, handles, out_names = built.graph, built.inputs, built.outputs, built.output_names
+    tgt.lower(g)
 
     from .progress import Bar, for_export
     from .writer import write
 
     bar = for_export(options.get("progress"), quiet=bool(options.get("quiet")), started=t0)
     try:
-        size = write(g, f, progress=bar)
+        size = write(g, f, progress=bar, target=tgt)
     finally:
         if isinstance(bar, Bar):
             bar.close()
@@ -291,11 +302,14 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
                                                    "max_rel_err": c.max_rel_err} for c in cost}
         result.extras.setdefault("report_lines", []).extend(cost_lines(cost))
     elif check:
-        result.checks = check_archive(f, model, args, out_names, rtol=rtol, atol=atol)
+        result.checks = check_archive(f, model, args, out_names, rtol=rtol, atol=atol,
+                                      target=tgt.name)
+    if check:
+        result.extras["checked_with"] = tgt.checker
     if check and not result.passed:
         bad = [c for c in result.checks + (result.stream.checks if result.stream else [])
                if not c.ok]
-        raise CheckFailedError("tract's outputs differ from PyTorch's:\n" + "\n".join(
+        raise CheckFailedError(f"{tgt.checker}'s outputs differ from PyTorch's:\n" + "\n".join(
             "  " + c.line() for c in bad), report=result)
     return result
 
@@ -340,17 +354,22 @@ def torch_outputs(model, args) -> list[np.ndarray]:
 
 
 def check_archive(path: str, model, args, out_names: list[str], rtol: float = DEFAULT_RTOL,
-                  atol: float = DEFAULT_ATOL, inputs=None) -> list[OutputCheck]:
-    """Run the archive in tract on ``args`` and compare each output with PyTorch."""
+                  atol: float = DEFAULT_ATOL, inputs=None,
+                  target: str = "tract") -> list[OutputCheck]:
+    """Run the archive on ``args`` with the engine of ``target`` (tract, or nnef-tools for
+    ``khronos``) and compare each output with PyTorch."""
+    from .nnef_tools_runner import run_in_nnef_tools
     from .tract_runner import TractRunError, run_in_tract
 
+    engine = get_target(target).checker
+    run = run_in_nnef_tools if engine == "nnef-tools" else run_in_tract
     model = _load_model(model)
     expected = torch_outputs(model, args)
     np_inputs = [a.detach().numpy() for a in args]
     try:
-        got = run_in_tract(path, np_inputs)
+        got = run(path, np_inputs)
     except TractRunError as e:
-        raise TractError(f"tract could not run {path}: {e}", crashed=e.crashed) from None
+        raise TractError(f"{engine} could not run {path}: {e}", crashed=e.crashed) from None
     if len(got) != len(expected):
-        raise CheckFailedError(f"tract returned {len(got)} outputs, PyTorch {len(expected)}")
+        raise CheckFailedError(f"{engine} returned {len(got)} outputs, PyTorch {len(expected)}")
     return [compare(n, e, a, rtol=rtol, atol=atol) for n, e, a in zip(out_names, expected, got)]

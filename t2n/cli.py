@@ -146,10 +146,15 @@ def cli(debug: bool):
                    "size), or tract's 4-bit Q4_0 blocks for linear/matmul weights, "
                    "convolution filters and embedding tables (q4_0). --check then compares with PyTorch on the same "
                    "rounded weights and reports the error against the original model.")
+@click.option("--target", default="tract", show_default=True,
+              type=click.Choice(["tract", "khronos"]),
+              help="NNEF dialect: tract (tract_core ops, dynamic shapes) or khronos "
+                   "(standard NNEF 1.0.5, checked with nnef-tools).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def export_cmd(model, output, inputs, check, dynamic, stream, pulse, output_names, int_range,
-               seed, rtol, atol, trust_pickle, compact, weights, quiet, as_json):
+               seed, rtol, atol, trust_pickle, compact, weights, target, quiet,
+               as_json):
     """Export MODEL to an NNEF archive that tract runs.
 
     MODEL is a TorchScript file saved with torch.jit.save, or package.module:callable
@@ -195,7 +200,7 @@ def export_cmd(model, output, inputs, check, dynamic, stream, pulse, output_name
     result = run_export(module, args, output, input_names=input_names,
                         output_names=list(output_names) or None, dynamic_axes=dynamic_axes,
                         check=check, rtol=rtol, atol=atol, quiet=quiet, as_json=as_json,
-                        compact=compact, weights=weights,
+                        compact=compact, weights=weights, target=target,
                         **({"streaming": stream, "pulse": pulse}
                            if stream is not None or pulse is not None else {}))
     return EXIT_OK if result is not None else EXIT_CHECK_FAILED
@@ -292,6 +297,33 @@ def _num(x: float):
     if x != x or x in (float("inf"), float("-inf")):
         return str(x)
     return x
+
+
+# ---------------------------------------------------------------------------- inspect
+@cli.command("inspect")
+@click.argument("archive", metavar="ARCHIVE")
+@click.option("--set", "assignments", multiple=True, metavar="SYM=N",
+              help="Value of a dynamic-axis symbol for the MAC count (default 1 each).")
+@click.option("--no-macs", is_flag=True, help="Skip the MAC count (it loads the archive).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def inspect_cmd(archive, assignments, no_macs, as_json):
+    """Describe an NNEF archive (t2n's or anyone's, tract or Khronos dialect).
+
+    Prints the inputs and outputs, the op histogram, the parameter count and bytes per
+    weight format (f32, f16, q4_0, ...), and the multiply-accumulate count: nnef-tools'
+    counter for standard graphs, tract's own cost model for tract graphs.
+    """
+    from .archive_info import inspect_archive
+
+    symbols = {}
+    for a in assignments:
+        name, _, value = a.partition("=")
+        if not name or not value.isdigit():
+            raise UsageError(f"--set {a!r}: expected SYM=N with N a whole number")
+        symbols[name] = int(value)
+    info = inspect_archive(archive, symbols=symbols, macs=not no_macs)
+    click.echo(json.dumps(info.as_dict(), indent=2) if as_json else info.report())
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------------- ops

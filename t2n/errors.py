@@ -45,12 +45,16 @@ class ConversionError(T2NError):
 class UnsupportedOperatorsError(T2NError):
     """Every op of the model that t2n cannot convert, listed once with counts and locations.
 
-    ``problems`` maps an op name to a list of ``(reason, location)`` pairs.
+    ``problems`` maps an op name to a list of ``(reason, location)`` pairs; ``target`` names
+    the export target when it, not the converter, is what cannot express them.
     """
 
-    def __init__(self, problems: dict[str, list[tuple[str, str | None]]]):
+    def __init__(self, problems: dict[str, list[tuple[str, str | None]]],
+                 target: str | None = None):
         self.problems = problems
-        lines = [f"the model uses {len(problems)} operator(s) that t2n cannot convert:"]
+        self.target = target
+        who = f"target {target!r} cannot express" if target else "t2n cannot convert"
+        lines = [f"the model uses {len(problems)} operator(s) that {who}:"]
         for op in sorted(problems):
             entries = problems[op]
             lines.append(f"  {op} ({len(entries)} use{'s' if len(entries) != 1 else ''})")

@@ -27,37 +27,45 @@ class TractRunError(Exception):
         super().__init__(message)
 
 
-def _child(args: list[str], workdir: str):
-    """The command and environment of a tract child. It starts in ``workdir`` (a private
+def _child(args: list[str], workdir: str, module: str = "t2n.tract_runner"):
+    """The command and environment of a runner child. It starts in ``workdir`` (a private
     temporary folder) so that stray modules in the user's current folder cannot shadow
     numpy or tract, and it finds t2n itself through PYTHONPATH."""
     env = dict(os.environ, RUST_BACKTRACE="0")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    return [sys.executable, "-m", "t2n.tract_runner", *args], dict(env=env, cwd=workdir)
+    return [sys.executable, "-m", module, *args], dict(env=env, cwd=workdir)
 
 
 def run_in_tract(archive: str, inputs: list[np.ndarray],
                  timeout: float | None = 600) -> list[np.ndarray]:
     """Outputs of the archive on ``inputs`` (positional), computed by tract in a child."""
+    return run_in_child("t2n.tract_runner", "tract", archive, inputs, timeout)
+
+
+def run_in_child(module: str, engine: str, archive: str, inputs: list[np.ndarray],
+                 timeout: float | None = 600) -> list[np.ndarray]:
+    """Run ``python -m module ARCHIVE IN.npz OUT.npz`` (a runner with this module's exit
+    codes) and return the outputs; ``engine`` names it in error messages."""
     with tempfile.TemporaryDirectory(prefix="t2n-run-") as d:
         inp = os.path.join(d, "inputs.npz")
         out = os.path.join(d, "outputs.npz")
         np.savez(inp, *[np.asarray(a) for a in inputs])
-        cmd, kw = _child([os.path.abspath(archive), inp, out], d)
+        cmd, kw = _child([os.path.abspath(archive), inp, out], d, module)
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                                stdin=subprocess.DEVNULL, **kw)
         except subprocess.TimeoutExpired:
-            raise TractRunError(f"tract did not finish within {timeout:.0f} s", crashed=True) \
-                from None
+            raise TractRunError(f"{engine} did not finish within {timeout:.0f} s",
+                                crashed=True) from None
         if p.returncode == 0:
             with np.load(out, allow_pickle=False) as z:
                 return [z[f"arr_{i}"] for i in range(len(z.files))]
         msg = _summarise(p.stderr)
         if p.returncode == LOAD_OR_RUN_ERROR:
             raise TractRunError(msg, crashed=False)
-        raise TractRunError(f"tract crashed (exit code {p.returncode}): {msg}", crashed=True)
+        raise TractRunError(f"{engine} crashed (exit code {p.returncode}): {msg}",
+                            crashed=True)
 
 
 def _summarise(stderr: str) -> str:

@@ -22,19 +22,18 @@ from .builder import Graph, Tensor, Variable, format_dim, format_value
 from .errors import UsageError
 from .gzstream import GzipStream
 from .loops import render_fragments
+from .targets import TRACT, Target
 
 GRAPH_NAME = "network"
 WRITE_SLICE = 1 << 24  # bytes per write call when reporting progress
 
 
 # ---------------------------------------------------------------------------- graph.nnef
-def render_graph(g: Graph) -> str:
+def render_graph(g: Graph, target: Target = TRACT) -> str:
     ops = g.live_ops()
     used = g.used_tensors(ops)
     _name_outputs(g, ops)
-    lines = ["version 1.0;", "", "extension tract_registry tract_core;"]
-    for s in g.symbols:
-        lines.append(f"extension tract_symbol {s};")
+    lines = ["version 1.0;", ""] + target.header_lines(g)
     lines.append("")
     lines.extend(render_fragments(g))
     ins = ", ".join(t.name for t in g.inputs)
@@ -42,7 +41,7 @@ def render_graph(g: Graph) -> str:
     lines.append(f"graph {GRAPH_NAME}({ins}) -> ({outs})")
     lines.append("{")
     for t in g.inputs:
-        lines.append(f"  {t.name} = {_external(t)};")
+        lines.append(f"  {t.name} = {target.external(t)};")
     labels = g.final_labels(used)
     aliases = same_bytes_aliases(g, used)
     for v in g.variables:
@@ -111,17 +110,6 @@ def _name_outputs(g: Graph, ops) -> None:
                 and t.literal is None:
             t.name = name
             taken.add(id(t))
-
-
-def _external(t: Tensor) -> str:
-    shape = ", ".join(format_dim(d) for d in t.shape)
-    if t.dtype == torch.float32:
-        return f"external<scalar>(shape = [{shape}])"
-    if t.dtype == torch.int64:
-        return f"external<integer>(shape = [{shape}])"
-    if t.dtype == torch.bool:
-        return f"external<logical>(shape = [{shape}])"
-    return f"tract_core_external(shape = [{shape}], datum_type = '{dtypes.tract_name(t.dtype)}')"
 
 
 def _nnef_type(dtype: torch.dtype) -> str:
@@ -242,15 +230,15 @@ def output_kind(path: str) -> str:
     return "dir"
 
 
-def write(g: Graph, path: str, progress=None) -> int:
-    """Write the archive atomically; returns its size in bytes."""
+def write(g: Graph, path: str, progress=None, target: Target = TRACT) -> int:
+    """Write the archive atomically in ``target``'s dialect; returns its size in bytes."""
     path = os.path.abspath(path)
     parent = os.path.dirname(path) or "."
     if not os.path.isdir(parent):
         raise UsageError(f"cannot write {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise UsageError(f"cannot write {path}: directory {parent} is not writable")
-    graph_text = render_graph(g).encode("utf-8")
+    graph_text = render_graph(g, target).encode("utf-8")
     kind = output_kind(path)
     if progress is not None and hasattr(progress, "start"):
         progress.start(payload_bytes(g, graph_text))

@@ -1,0 +1,68 @@
+"""Run a standard (Khronos) NNEF archive with the reference tools, in a separate process.
+
+The check of ``target="khronos"`` must not lean on tract: the archive is parsed and
+validated by the Khronos parser (``nnef.load_graph``, which also infers every shape) and
+executed by nnef-tools' PyTorch interpreter. Like :mod:`t2n.tract_runner`, the work happens
+in a child (``python -m t2n.nnef_tools_runner ARCHIVE IN.npz OUT.npz``) with the same exit
+codes: 0 outputs written, 3 the tools refused the archive (message on stderr).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tarfile
+import tempfile
+
+import numpy as np
+
+from .tract_runner import LOAD_OR_RUN_ERROR, run_in_child
+
+
+def run_in_nnef_tools(archive: str, inputs: list[np.ndarray],
+                      timeout: float | None = 600) -> list[np.ndarray]:
+    """Outputs of a standard archive on ``inputs``, computed by nnef-tools' interpreter."""
+    return run_in_child("t2n.nnef_tools_runner", "nnef-tools", archive, inputs, timeout)
+
+
+def _folder(archive: str, scratch: str) -> str:
+    """The archive as a folder (the reference tools read folders; tar/tgz are unpacked)."""
+    if os.path.isdir(archive):
+        return archive
+    with tarfile.open(archive, "r:*") as tar:
+        tar.extractall(scratch, filter="data")
+    return scratch
+
+
+def _run(archive: str, inp: str, out: str) -> str | None:
+    try:
+        import nnef
+        from nnef_tools.interpreter.pytorch import Interpreter
+
+        with np.load(inp, allow_pickle=False) as z:
+            inputs = [z[f"arr_{i}"] for i in range(len(z.files))]
+        with tempfile.TemporaryDirectory(prefix="t2n-khr-") as scratch:
+            folder = _folder(archive, scratch)
+            graph = nnef.load_graph(folder)
+            nnef.infer_shapes(graph)
+            results = Interpreter(graph, device="cpu")(inputs)
+            arrays = [np.asarray(results[name]) for name in graph.outputs]
+    except Exception as e:  # nnef.Error from the parser, interpreter errors
+        return f"{type(e).__name__}: {e}".replace("\n", " | ")
+    np.savez(out, *arrays)
+    return None
+
+
+def _main(argv: list[str]) -> int:
+    import warnings
+
+    warnings.simplefilter("ignore")  # the interpreter's deprecation chatter is not ours
+    err = _run(*argv)
+    if err is not None:
+        sys.stderr.write(err + "\n")
+        return LOAD_OR_RUN_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -1,0 +1,47 @@
+"""What every target provides to the export pipeline and the writer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .. import dtypes
+from ..builder import Graph, Tensor, format_dim
+
+
+@dataclass(frozen=True)
+class Target:
+    """One NNEF dialect: how to prepare a graph for it, how to declare it, who checks it.
+
+    ``extensions`` are the ``extension ...;`` lines of graph.nnef (before symbols);
+    ``declares_symbols`` whether dynamic axes are written as ``extension tract_symbol``;
+    ``checker`` names the engine the check runs (``"tract"`` or ``"nnef-tools"``).
+    """
+
+    name: str
+    extensions: tuple[str, ...]
+    declares_symbols: bool
+    checker: str
+
+    def lower(self, g: Graph) -> None:
+        """Rewrite ``g`` in place into what this target can express, or refuse with one
+        error listing every op it cannot (with the model's source lines)."""
+
+    def header_lines(self, g: Graph) -> list[str]:
+        lines = [f"extension {e};" for e in self.extensions]
+        if self.declares_symbols:
+            lines += [f"extension tract_symbol {s};" for s in g.symbols]
+        return lines
+
+    def external(self, t: Tensor) -> str:
+        """The right-hand side declaring graph input ``t``."""
+        shape = ", ".join(format_dim(d) for d in t.shape)
+        if t.dtype == torch.float32:
+            return f"external<scalar>(shape = [{shape}])"
+        if t.dtype == torch.int64:
+            return f"external<integer>(shape = [{shape}])"
+        if t.dtype == torch.bool:
+            return f"external<logical>(shape = [{shape}])"
+        return (f"tract_core_external(shape = [{shape}], "
+                f"datum_type = '{dtypes.tract_name(t.dtype)}')")

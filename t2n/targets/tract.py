@@ -1,0 +1,8 @@
+"""The tract target: the archive is read by tract with its ``tract_core`` registry."""
+
+from __future__ import annotations
+
+from .base import Target
+
+TRACT = Target(name="tract", extensions=("tract_registry tract_core",), declares_symbols=True,
+               checker="tract")

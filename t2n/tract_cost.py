@@ -1,0 +1,53 @@
+"""Child process of ``t2n inspect``: tract's own cost model of an archive.
+
+``python -m t2n.tract_cost ARCHIVE '{"B": 1}'`` loads the archive in tract, binds the
+symbols, profiles one run on zero inputs and prints JSON: the sum of the FMA costs tract
+attributes to its nodes (multiply-accumulates) and the output facts. A separate process,
+because tract aborts its process on a Rust panic.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+_NUMPY = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i8": np.int8,
+          "i16": np.int16, "i32": np.int32, "i64": np.int64, "u8": np.uint8, "u16": np.uint16,
+          "u32": np.uint32, "u64": np.uint64, "bool": np.bool_}
+
+
+def _fact(text: str) -> tuple[list, str]:
+    *dims, dtype = str(text).split(",")
+    return [int(d) if d.lstrip("-").isdigit() else d for d in dims], dtype.lower()
+
+
+def main(argv: list[str]) -> int:
+    import tract
+
+    archive, symbols = argv[0], json.loads(argv[1])
+    model = tract.nnef().load(archive)
+    if symbols:
+        model.transform(tract.SetSymbols(symbols))
+    runnable = model.into_runnable()
+    inputs = []
+    for i in range(runnable.input_count()):
+        shape, dtype = _fact(runnable.input_fact(i))
+        inputs.append(np.zeros(shape, dtype=_NUMPY.get(dtype, np.float32)))
+    profile = json.loads(runnable.profile_json(inputs))
+    macs = 0
+    for node in profile.get("nodes", []):
+        for kind, value in (node.get("cost") or {}).items():
+            if kind.startswith("FMA("):
+                macs += int(float(value))
+    outputs = []
+    for i in range(runnable.output_count()):
+        shape, dtype = _fact(runnable.output_fact(i))
+        outputs.append({"shape": shape, "dtype": dtype})
+    print(json.dumps({"macs": macs, "outputs": outputs}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

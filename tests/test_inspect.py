@@ -1,0 +1,97 @@
+"""`t2n inspect`: inputs, outputs, op histogram, parameters per weight format and MACs of an
+archive, for tract archives (tract's cost model) and Khronos ones (nnef-tools' counter)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import t2n
+from t2n.archive_info import inspect_archive
+from t2n.cli import main
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+# conv: out volume 8*10*10, 3*3*3 taps each; linear: 5 outputs of 8 taps (per batch row);
+# tract's cost model also counts each bias add as one FMA per output
+CONV_MACS = 8 * 10 * 10 * 27
+FC_MACS = 5 * 8 + 8 * 10 * 10 + 8
+
+
+def run_cli(args, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    return e.value.code, capsys.readouterr()
+
+
+@pytest.mark.parametrize("target", ["tract", "khronos"])
+@pytest.mark.parametrize("suffix", [".nnef", ".nnef.tgz"])
+def test_inspect_reports_what_the_archive_holds(tmp_path, target, suffix):
+    path = str(tmp_path / f"m{suffix}")
+    t2n.export(ConvNet().eval(), (torch.randn(1, 3, 10, 10),), path, target=target,
+               input_names=["image"], output_names=["logits"])
+    info = inspect_archive(path)
+    assert info.dialect == target
+    assert info.inputs == [{"name": "image", "shape": [1, 3, 10, 10], "dtype": "f32"}]
+    assert info.outputs == [{"name": "logits", "shape": [1, 5], "dtype": "f32"}]
+    assert info.op_histogram["conv"] == 1 and info.op_histogram["relu"] == 1
+    assert info.params == sum(p.numel() for p in ConvNet().parameters())
+    assert info.by_format() == {"f32": {"tensors": 4, "params": info.params,
+                                        "bytes": 4 * info.params}}
+    assert CONV_MACS <= info.macs <= CONV_MACS + FC_MACS + 5, (target, info.macs)
+
+
+def test_inspect_symbols_and_json(tmp_path, capsys):
+    path = str(tmp_path / "m.nnef.tar")
+    t2n.export(ConvNet().eval(), (torch.randn(2, 3, 10, 10),), path, input_names=["x"],
+               dynamic_axes={"x": {0: "B"}})
+    code, out = run_cli(["inspect", path, "--set", "B=4", "--json"], capsys)
+    assert code == 0, out.err
+    d = json.loads(out.out)
+    assert d["symbols"] == ["B"] and d["inputs"][0]["shape"] == ["B", 3, 10, 10]
+    assert d["outputs"][0]["shape"] == [4, 5]
+    assert 4 * CONV_MACS <= d["macs"] <= 4 * (CONV_MACS + FC_MACS + 5)
+    code, out = run_cli(["inspect", path], capsys)
+    assert code == 0 and "MACs:" in out.out and "tract's cost model, B=1" in out.out
+
+
+def test_inspect_weight_formats(tmp_path):
+    path = str(tmp_path / "m.nnef")
+    t2n.export(_Mixed().eval(), (torch.randint(0, 10, (2,)),), path)
+    info = inspect_archive(path, macs=False)
+    fmts = info.by_format()
+    assert fmts["f16"] == {"tensors": 1, "params": 40, "bytes": 80}
+    assert fmts["i64"]["params"] == 3
+    assert info.macs is None
+
+
+class _Mixed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.randn(10, 4).half())
+        self.register_buffer("offsets", torch.tensor([5, -3, 2]))
+
+    def forward(self, ids):
+        return self.table[ids].float().sum(1, keepdim=True) + self.offsets[ids % 3, None]
+
+
+def test_inspect_refuses_what_is_not_an_archive(tmp_path, capsys):
+    code, out = run_cli(["inspect", str(tmp_path / "missing.tgz")], capsys)
+    assert code == 2 and "no such file" in out.err
+    bad = tmp_path / "x.tgz"
+    bad.write_bytes(b"not a tar")
+    code, out = run_cli(["inspect", str(bad)], capsys)
+    assert code == 2 and "not a folder, tar or tgz" in out.err
+    code, out = run_cli(["inspect", str(tmp_path), "--set", "B=x"], capsys)
+    assert code == 2
