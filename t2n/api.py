@@ -127,7 +127,9 @@ def _symbols_for(dynamic_axes, input_names, args) -> dict:
 
 
 # The options ``export`` reads itself; the passes declare theirs (t2n.passes).
-_API_OPTIONS = frozenset({"progress", "quiet"})  # progress: None (auto) | bool | callable
+# progress: None (auto) | bool | callable; properties: {key: str | int | list} written as
+# the archive's tract_core_properties (metadata a runtime reads, e.g. t2n.llm's cache layout)
+_API_OPTIONS = frozenset({"progress", "quiet", "properties"})
 _KNOWN_OPTIONS = _API_OPTIONS | passes.options()
 
 
@@ -135,6 +137,12 @@ def _check_options(options: dict) -> None:
     unknown = set(options) - _KNOWN_OPTIONS
     if unknown:
         raise UsageError(f"unknown export option(s): {', '.join(sorted(unknown))}")
+    if options.get("properties") is not None:
+        from .writer import render_properties
+
+        if not isinstance(options["properties"], dict):
+            raise UsageError("properties must be a dict {key: value}")
+        render_properties(options["properties"])  # refuse bad values before the trace
 
 
 @dataclass
@@ -162,6 +170,7 @@ def _build(model, args, input_names, output_names, dynamic_axes, options,
 
     g = Graph()
     g.streaming = spec
+    g.properties = dict(options.get("properties") or {})
     inputs = []
     for i, (name, a) in enumerate(zip(in_names, args)):
         if not dtypes.supported(a.dtype):
@@ -242,9 +251,11 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     """
     t0 = time.perf_counter()
     tgt = get_target(target)
-    if tgt.name != "tract" and (weights != "f32" or streaming is not None or pulse is not None):
+    if tgt.name != "tract" and (weights != "f32" or streaming is not None or pulse is not None
+                                or options.get("properties")):
         raise UsageError(f"target {tgt.name!r} writes weights as the model holds them and no "
-                         "streaming form: weights=, streaming= and pulse= are tract's")
+                         "streaming form or properties: weights=, streaming=, pulse= and "
+                         "properties= are tract's")
     model = _load_model(model)
     args = _as_args(args)
     if not isinstance(f, (str, os.PathLike)):

@@ -96,6 +96,8 @@ def cli(debug: bool):
       t2n export model.pt -o model.nnef.tgz --input x:1x3x224x224:f32 --check
     Check every model of a manifest (for CI):
       t2n check models.toml --junit report.xml
+    Export a language model (prefill + decoding) and check it generates the same tokens:
+      t2n llm ./saved-model-dir -o lm.nnef.tgz --check
     List the aten operators t2n converts:
       t2n ops
 
@@ -323,6 +325,69 @@ def inspect_cmd(archive, assignments, no_macs, as_json):
         symbols[name] = int(value)
     info = inspect_archive(archive, symbols=symbols, macs=not no_macs)
     click.echo(json.dumps(info.as_dict(), indent=2) if as_json else info.report())
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- llm
+@cli.command("llm")
+@click.argument("model", metavar="MODEL")
+@click.option("-o", "--output", "output", required=True, metavar="OUT",
+              help="Archive to write: OUT.tgz (gzip tar), OUT.tar, or a directory.")
+@click.option("--weights", type=click.Choice(["f32", "f16", "q4_0"]), default="f32",
+              show_default=True, help="How the archive stores the weights.")
+@click.option("--check", is_flag=True,
+              help="Generate greedily in tract and require transformers' generate() tokens "
+                   "(exit 1 otherwise); prints tract's decode tokens/s.")
+@click.option("--max-length", "max_length", default=16, show_default=True,
+              type=click.IntRange(1, None), metavar="N", help="New tokens --check generates.")
+@click.option("--prompt", metavar="IDS",
+              help="Token ids of the --check prompt, comma-separated (default: a fixed "
+                   "8-token prompt).")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def llm_cmd(model, output, weights, check, max_length, prompt, quiet, as_json):
+    """Export a causal language model to ONE archive for prefill and decoding.
+
+    MODEL is a directory written by transformers' save_pretrained (config and weights; read
+    from the local files only) or package.module:callable returning the model. The archive
+    takes input_ids [1, S] and past_key_i / past_value_i [1, H_kv, P, D] per layer, and
+    returns logits [1, S, V] and present_key_i / present_value_i [1, H_kv, P+S, D]; P is 0
+    for the prompt.
+
+    \b
+    Examples:
+      t2n llm ./my-llama -o llama.nnef.tgz --check
+      t2n llm ./my-qwen3 -o qwen3.nnef.tar --weights q4_0 --check --max-length 32
+    """
+    from . import llm
+
+    _check_output_path(output)
+    ids = None
+    if prompt is not None:
+        try:
+            ids = [int(t) for t in prompt.split(",") if t.strip()]
+        except ValueError:
+            raise UsageError(f"--prompt {prompt!r}: give comma-separated token ids") from None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result, failure = llm.export_llm(
+                model, output, weights=weights, check=check, max_new_tokens=max_length,
+                prompt=ids, quiet=quiet), None
+        except CheckFailedError as e:
+            if e.report is None:
+                raise
+            result, failure = e.report, e
+    for w in _dedup(caught):
+        _err(f"t2n: warning: {str(w.message).strip().splitlines()[0]}")
+    if as_json:
+        click.echo(json.dumps(dict(result_dict(result.export), llm=result.llm_dict()),
+                              indent=2))
+    elif not quiet or failure is not None:
+        click.echo(result.report())
+    if failure is not None:
+        _err("t2n: check failed: tract's tokens differ from transformers' (see the report)")
+        return EXIT_CHECK_FAILED
     return EXIT_OK
 
 

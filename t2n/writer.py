@@ -36,6 +36,8 @@ def render_graph(g: Graph, target: Target = TRACT) -> str:
     lines = ["version 1.0;", ""] + target.header_lines(g)
     lines.append("")
     lines.extend(render_fragments(g))
+    if target.name == "tract":  # tract's own metadata fragment (export refuses it elsewhere)
+        lines += render_properties(getattr(g, "properties", None) or {})
     ins = ", ".join(t.name for t in g.inputs)
     outs = ", ".join(g.output_names)
     lines.append(f"graph {GRAPH_NAME}({ins}) -> ({outs})")
@@ -76,6 +78,41 @@ def _declaration(v: Variable, label: str, storage) -> list[str]:
         lines.append(f"  {v.tensor.name} = tract_core_cast({name}, "
                      f"to = '{dtypes.tract_name(cast)}');")
     return lines
+
+
+def render_properties(props: dict) -> list[str]:
+    """The ``tract_core_properties`` fragment: metadata tract reads into the model
+    (``Model.property_keys()`` / ``Model.property(key)``). Values are strings, integers or
+    non-empty lists of one of them; tract's parser has no escapes, so a string may not hold
+    a quote or a backslash."""
+    if not props:
+        return []
+
+    def literal(key, v):
+        if isinstance(v, bool) or not isinstance(v, (int, str, list, tuple)):
+            raise UsageError(f"property {key!r}: {type(v).__name__} values are not supported "
+                             "(strings, integers or lists of them)")
+        if isinstance(v, (list, tuple)):
+            if not v or len({type(x) for x in v}) != 1 or isinstance(v[0], (list, tuple)):
+                raise UsageError(f"property {key!r}: a list must be non-empty and hold "
+                                 "strings only or integers only")
+            return "[" + ", ".join(literal(key, x) for x in v) + "]"
+        if isinstance(v, int):
+            if not -2**31 <= v < 2**31:
+                raise UsageError(f"property {key!r}: {v} does not fit tract's i32 properties")
+            return str(v)
+        if any(c in v for c in "\"'\\\n"):
+            raise UsageError(f"property {key!r}: strings may not hold quotes, backslashes or "
+                             "newlines")
+        return f'"{v}"'
+
+    items = []
+    for k, v in props.items():
+        if not isinstance(k, str) or not k or any(c in k for c in "\"'\\\n"):
+            raise UsageError(f"property key {k!r} must be a non-empty string without quotes")
+        items.append(f'("{k}", {literal(k, v)})')
+    return ["fragment tract_core_properties(", ") -> (properties: (string, tensor<scalar>)[])",
+            "{", "  properties = [" + ", ".join(items) + "];", "}", ""]
 
 
 def same_bytes_aliases(g: Graph, used: set[int]) -> dict[int, Variable]:

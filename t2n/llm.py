@@ -1,0 +1,420 @@
+"""``t2n llm``: a transformers causal language model as ONE archive for prefill and decoding.
+
+The archive computes one step: ``input_ids [1, S]`` and per layer ``past_key_i`` /
+``past_value_i [1, H_kv, P, D]`` in; ``logits [1, S, V]`` and ``present_key_i`` /
+``present_value_i [1, H_kv, P+S, D]`` out. ``S`` and ``P`` are tract symbols: the prompt runs
+with ``P = 0``, each decoding step with ``S = 1`` and the previous step's present tensors as
+its past. Positions (``P .. P+S-1``) and the causal mask (with the sliding window of the
+families that have one) are computed inside the graph from ``P`` and ``S``. The layout goes
+into the archive's ``tract_core_properties`` (``t2n.llm.*``), so a runtime can feed the
+archive without knowing the model (see :mod:`t2n.llm_generate`).
+
+The export itself is :func:`t2n.export` on :class:`CausalLMStep`, a wrapper that turns the
+cache tensors into the ``DynamicCache`` transformers expects and returns the updated cache
+as tensors; nothing of the export path is duplicated here. ``check=True`` generates greedily
+in tract (in a child process) and requires exactly the token ids of transformers'
+``generate(do_sample=False)`` on the same model (with compressed weights: on the model with
+the same rounded weights).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+from .errors import CheckFailedError, ModelLoadError, T2NError, TractError, UsageError
+
+WEIGHT_FORMATS = ("f32", "f16", "q4_0")
+DEFAULT_NEW_TOKENS = 16
+PROMPT_LENGTH = 8
+# Example sizes of the trace: S != P, both > 1, so that no size-1 or "cache is empty" special
+# case of transformers is baked into the graph (the graph is then checked at P = 0, S = 1).
+_EXAMPLE_S, _EXAMPLE_P = 3, 2
+
+
+@dataclass
+class CacheLayer:
+    """One decoder layer's cache: ``[1, heads, P, head_dim]`` keys and values."""
+
+    heads: int
+    head_dim: int
+    sliding_window: int  # 0: the layer attends to the whole past
+
+
+@dataclass
+class LLMExportResult:
+    """An exported language model: the export's result, the cache layout and, after a
+    check, the tokens of both sides and tract's generation speed."""
+
+    export: object  # t2n.ExportResult
+    layers: list[CacheLayer]
+    vocab_size: int
+    weights: str
+    prompt: list[int] | None = None
+    reference_tokens: list[int] | None = None
+    tract_tokens: list[int] | None = None
+    generation: dict = field(default_factory=dict)
+
+    @property
+    def path(self) -> str:
+        return self.export.path
+
+    @property
+    def passed(self) -> bool | None:
+        if self.reference_tokens is None:
+            return None
+        return self.reference_tokens == self.tract_tokens
+
+    def report(self) -> str:
+        lines = self.export.report().splitlines()
+        heads = sorted({(c.heads, c.head_dim) for c in self.layers})
+        windows = sorted({c.sliding_window for c in self.layers if c.sliding_window})
+        lines.append(f"  language model: {len(self.layers)} layers, cache [1, H_kv, P, D] with "
+                     + ", ".join(f"H_kv={h} D={d}" for h, d in heads)
+                     + (f", sliding window {', '.join(map(str, windows))}" if windows else "")
+                     + f", vocabulary {self.vocab_size}, weights {self.weights}")
+        if self.reference_tokens is not None:
+            g = self.generation
+            lines.append(f"  generation check ({len(self.reference_tokens)} new tokens, greedy, "
+                         f"prompt of {len(self.prompt)}): "
+                         + ("PASSED" if self.passed else "FAILED"))
+            lines.append(f"    transformers: {self.reference_tokens}")
+            lines.append(f"    tract:        {self.tract_tokens}")
+            if g.get("decode_tokens_per_second"):
+                lines.append(f"    tract decode {g['decode_tokens_per_second']:.1f} tokens/s, "
+                             f"prefill {g['prefill_seconds'] * 1000:.1f} ms, "
+                             f"load+optimise {g['load_seconds']:.2f} s")
+        return "\n".join(lines)
+
+    def llm_dict(self) -> dict:
+        """The language-model part of the result as plain JSON data."""
+        return {"layers": [dict(c.__dict__) for c in self.layers], "vocab_size": self.vocab_size,
+                "weights": self.weights, "prompt": self.prompt,
+                "reference_tokens": self.reference_tokens, "tract_tokens": self.tract_tokens,
+                "passed": self.passed, "generation": self.generation}
+
+
+# ---------------------------------------------------------------------------- loading
+def _transformers():
+    try:
+        import transformers
+    except Exception as e:  # ImportError, or a broken optional dependency of transformers
+        raise UsageError(f"t2n llm needs the transformers package, which did not import: "
+                         f"{type(e).__name__}: {str(e).strip().splitlines()[0]}") from None
+    return transformers
+
+
+def load_causal_lm(ref):
+    """The model behind ``MODEL``: a directory written by ``save_pretrained`` (loaded from
+    the local files only, in float32) or ``package.module:callable`` returning a model."""
+    if isinstance(ref, torch.nn.Module):
+        return ref
+    ref = os.fspath(ref)
+    if os.path.isdir(ref):
+        if not os.path.isfile(os.path.join(ref, "config.json")):
+            raise ModelLoadError(f"{ref} has no config.json: save the model with "
+                                 "save_pretrained(DIR)")
+        transformers = _transformers()
+        verbosity = transformers.logging.get_verbosity()
+        bars = transformers.utils.logging.is_progress_bar_enabled()
+        try:
+            transformers.logging.set_verbosity_error()  # no loading bars or notices
+            transformers.utils.logging.disable_progress_bar()
+            return transformers.AutoModelForCausalLM.from_pretrained(
+                ref, local_files_only=True, dtype=torch.float32)
+        except Exception as e:
+            text = str(e).strip().splitlines()
+            raise ModelLoadError(f"transformers could not load a causal LM from {ref}: "
+                                 f"{type(e).__name__}: {text[0] if text else ''}") from None
+        finally:
+            transformers.logging.set_verbosity(verbosity)
+            if bars:
+                transformers.utils.logging.enable_progress_bar()
+    from . import specs
+
+    if specs.is_callable_ref(ref):
+        model, _ = specs.load_model(ref)
+        return model
+    raise ModelLoadError(f"{ref} is neither a directory saved with save_pretrained nor "
+                         "package.module:callable")
+
+
+# ---------------------------------------------------------------------------- the step
+def _cache_classes():
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    class TensorLayer(DynamicLayer):
+        """A layer cache holding given tensors; its length is read from their shape, so
+        the trace keeps it symbolic (``P``) instead of testing ``numel() == 0``."""
+
+        def __init__(self, keys, values):
+            super().__init__()
+            self.keys, self.values = keys, values
+            self.device = keys.device
+            self.is_initialized = True
+
+        def get_seq_length(self) -> int:
+            return self.keys.shape[-2]
+
+    return DynamicCache, TensorLayer
+
+
+class CausalLMStep(torch.nn.Module):
+    """``(input_ids, past_key_0, past_value_0, ...) -> (logits, present_key_0, ...)``.
+
+    Every layer gets a full (non-sliding) cache: sliding-window layers apply their window
+    through the mask transformers builds from the config, over all ``P + S`` positions, which
+    is the same attention as the cropped cache ``generate`` keeps."""
+
+    def __init__(self, model, n_layers: int):
+        super().__init__()
+        self.model = model
+        self.n_layers = n_layers
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    def forward(self, input_ids, *past):
+        DynamicCache, TensorLayer = _cache_classes()
+        cache = DynamicCache()
+        cache.layers = [TensorLayer(past[2 * i], past[2 * i + 1]) for i in range(self.n_layers)]
+        out = self.model(input_ids=input_ids, use_cache=True, return_dict=True,
+                         **{self._cache_kw: cache})
+        flat = [out.logits]
+        for layer in cache.layers:
+            flat += [layer.keys, layer.values]
+        return tuple(flat)
+
+
+def cache_layout(model) -> list[CacheLayer]:
+    """Per layer heads, head size and sliding window, read from the cache the model itself
+    builds for one token (so every family's own head arithmetic is respected)."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "is_encoder_decoder", False):
+        raise UsageError("t2n llm exports decoder-only causal language models "
+                         f"({type(model).__name__} is not one)")
+    was_training = model.training
+    try:
+        model.train(False)
+        with torch.no_grad():
+            out = model(input_ids=torch.zeros(1, 1, dtype=torch.long), use_cache=True,
+                        return_dict=True)
+    except Exception as e:
+        raise UsageError(f"{type(model).__name__} failed on one token with use_cache=True: "
+                         f"{type(e).__name__}: {str(e).strip().splitlines()[0]}") from None
+    finally:
+        model.train(was_training)
+    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    if cache is None or not hasattr(cache, "layers") or getattr(out, "logits", None) is None:
+        raise UsageError(f"{type(model).__name__} returned no logits or no key/value cache "
+                         "(t2n llm needs a causal LM whose forward takes use_cache=True)")
+    layers = []
+    for i, layer in enumerate(cache.layers):
+        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
+            raise UsageError(f"layer {i} of {type(model).__name__} keeps a "
+                             f"{type(layer).__name__} cache; t2n llm supports attention "
+                             "key/value caches only")
+        k, v = layer.keys, layer.values
+        if k.dim() != 4 or k.shape != v.shape or k.shape[0] != 1 or k.shape[2] != 1:
+            raise UsageError(f"layer {i} of {type(model).__name__} caches keys of shape "
+                             f"{list(k.shape)} and values of {list(v.shape)}; t2n llm needs "
+                             "[batch, heads, positions, head_dim] for both")
+        window = getattr(layer, "sliding_window", 0) if layer.is_sliding else 0
+        layers.append(CacheLayer(int(k.shape[1]), int(k.shape[3]), int(window or 0)))
+    if not layers:
+        raise UsageError(f"{type(model).__name__} has no attention layers with a cache")
+    return layers
+
+
+def io_names(n_layers: int) -> tuple[list[str], list[str]]:
+    ins, outs = ["input_ids"], ["logits"]
+    for i in range(n_layers):
+        ins += [f"past_key_{i}", f"past_value_{i}"]
+        outs += [f"present_key_{i}", f"present_value_{i}"]
+    return ins, outs
+
+
+def _properties(model, layers, vocab: int, weights: str) -> dict:
+    ins, outs = io_names(len(layers))
+    cfg = model.config
+    props = {
+        "t2n.llm.format": 1,
+        "t2n.llm.model_type": str(getattr(cfg, "model_type", "") or "unknown"),
+        "t2n.llm.layers": len(layers),
+        "t2n.llm.kv_heads": [c.heads for c in layers],
+        "t2n.llm.head_dim": [c.head_dim for c in layers],
+        "t2n.llm.sliding_window": [c.sliding_window for c in layers],
+        "t2n.llm.vocab_size": vocab,
+        "t2n.llm.inputs": ins,
+        "t2n.llm.outputs": outs,
+        "t2n.llm.cache_layout": "batch,kv_heads,positions,head_dim",
+        "t2n.llm.weights": weights,
+    }
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = getattr(cfg, "eos_token_id", None)
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    eos = [t for t in eos if isinstance(t, int) and 0 <= t < vocab]
+    if eos:
+        props["t2n.llm.eos_token_id"] = eos
+    bos = getattr(cfg, "bos_token_id", None)
+    if isinstance(bos, int) and 0 <= bos < vocab:
+        props["t2n.llm.bos_token_id"] = bos
+    return props
+
+
+def _example(layers, vocab: int):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (1, _EXAMPLE_S), generator=g)
+    past = []
+    for c in layers:
+        for _ in range(2):
+            past.append(torch.randn(1, c.heads, _EXAMPLE_P, c.head_dim, generator=g))
+    return (ids, *past)
+
+
+def default_prompt(vocab: int, length: int = PROMPT_LENGTH) -> list[int]:
+    """A fixed prompt of token ids spread over the vocabulary (no tokenizer needed)."""
+    return [(7919 * i + 13) % vocab for i in range(1, length + 1)]
+
+
+# ---------------------------------------------------------------------------- export
+def export_llm(model, f, *, weights: str = "f32", check: bool = False,
+               max_new_tokens: int = DEFAULT_NEW_TOKENS, prompt=None, quiet: bool = False,
+               progress=None, timeout: float | None = 1800) -> LLMExportResult:
+    """Export a causal LM (an ``nn.Module``, a ``save_pretrained`` directory or
+    ``module:callable``) to ``f`` as one archive for prefill and decoding.
+
+    ``weights`` is passed to :func:`t2n.export` (``"f32"`` keeps the model's floats).
+    ``check=True`` generates ``max_new_tokens`` tokens greedily from ``prompt`` (default:
+    :func:`default_prompt`) in tract and raises :class:`CheckFailedError` unless they are
+    exactly transformers' ``generate(do_sample=False)`` tokens."""
+    from .api import export
+
+    if weights not in WEIGHT_FORMATS:
+        raise UsageError(f"weights must be one of {', '.join(WEIGHT_FORMATS)}, not {weights!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+            or max_new_tokens < 1:
+        raise UsageError(f"max_new_tokens must be an integer >= 1, not {max_new_tokens!r}")
+    if not isinstance(f, (str, os.PathLike)):
+        raise UsageError("f must be a path")
+    f = os.fspath(f)
+    model = load_causal_lm(model)
+    if not isinstance(model, torch.nn.Module):
+        raise ModelLoadError(f"MODEL gave a {type(model).__name__}, not an nn.Module")
+    layers = cache_layout(model)
+    vocab = _vocab_size(model)
+    if prompt is not None:
+        prompt = [int(t) for t in prompt]
+        if not prompt or any(t < 0 or t >= vocab for t in prompt):
+            raise UsageError(f"prompt must be a non-empty list of token ids in [0, {vocab})")
+    args = _example(layers, vocab)
+    ins, outs = io_names(len(layers))
+    dyn = {"input_ids": {1: "S"}}
+    dyn.update({n: {2: "P"} for n in ins[1:]})
+    options = {"weights": weights} if weights != "f32" else {}
+    step = CausalLMStep(model, len(layers))
+    with warnings.catch_warnings():
+        # transformers' notices about its own API (deprecated attributes read while tracing)
+        warnings.simplefilter("ignore", FutureWarning)
+        result = export(step, args, f, input_names=ins, output_names=outs, dynamic_axes=dyn,
+                        properties=_properties(model, layers, vocab, weights), quiet=quiet,
+                        progress=progress, **options)
+    # transformers compares sizes in Python per layer (q_length > 1, ...): one line each
+    result.warnings = list(dict.fromkeys(result.warnings))
+    res = LLMExportResult(result, layers, vocab, weights)
+    if check:
+        res.prompt = prompt or default_prompt(vocab)
+        reference = _reference_model(model, weights)
+        res.reference_tokens = reference_tokens(reference, res.prompt, max_new_tokens)
+        res.generation = generate_in_tract(f, res.prompt, max_new_tokens, timeout=timeout)
+        res.tract_tokens = res.generation["tokens"]
+        if not res.passed:
+            raise CheckFailedError("tract's greedy tokens differ from transformers' generate:\n"
+                                   f"  transformers: {res.reference_tokens}\n"
+                                   f"  tract:        {res.tract_tokens}", report=res)
+    return res
+
+
+def _vocab_size(model) -> int:
+    emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    n = getattr(emb, "out_features", None) or getattr(model.config, "vocab_size", None)
+    if not isinstance(n, int) or n < 1:
+        raise UsageError(f"cannot tell the vocabulary size of {type(model).__name__}")
+    return n
+
+
+def _reference_model(model, weights: str):
+    """The model the tokens must match: the model itself for f32, else the model with the
+    weights rounded the way the archive stores them."""
+    if weights == "f32":
+        return model
+    from . import weights as weight_formats  # the weight-format module of t2n.export
+
+    return weight_formats.rounded_model(model, weights)
+
+
+def reference_tokens(model, prompt: list[int], n: int) -> list[int]:
+    """transformers' greedy ``generate``: ``n`` new tokens, no stop token, no processors."""
+    transformers = _transformers()
+    ids = torch.tensor([prompt], dtype=torch.long)
+    was_training = model.training
+    # generate() fills what a given config leaves unset from model.generation_config (its
+    # stop tokens, repetition penalty, ...): swap in a plain one for the call
+    saved = getattr(model, "generation_config", None)
+    try:
+        model.train(False)
+        model.generation_config = transformers.GenerationConfig()
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                 do_sample=False, num_beams=1, max_new_tokens=n,
+                                 eos_token_id=None, pad_token_id=0)
+    except T2NError:
+        raise
+    except Exception as e:
+        raise UsageError(f"transformers' generate failed on {type(model).__name__}: "
+                         f"{type(e).__name__}: {str(e).strip().splitlines()[0]}") from None
+    finally:
+        model.generation_config = saved
+        model.train(was_training)
+    if out.shape[1] != len(prompt) + n:
+        raise UsageError(f"transformers' generate stopped after {out.shape[1] - len(prompt)} "
+                         f"of {n} tokens")
+    return [int(t) for t in out[0, len(prompt):]]
+
+
+def generate_in_tract(archive: str, prompt: list[int], n: int,
+                      timeout: float | None = 1800) -> dict:
+    """:func:`t2n.llm_generate.generate` in a child process (a tract panic fails the check,
+    not the caller)."""
+    import tempfile
+
+    from .tract_runner import _child, _summarise
+
+    with tempfile.TemporaryDirectory(prefix="t2n-llm-") as d:
+        cmd, kw = _child([os.path.abspath(archive), ",".join(map(str, prompt)), str(n)], d)
+        cmd[cmd.index("t2n.tract_runner")] = "t2n.llm_generate"
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                               stdin=subprocess.DEVNULL, **kw)
+        except subprocess.TimeoutExpired:
+            raise TractError(f"tract did not finish generating within {timeout:.0f} s",
+                             crashed=True) from None
+    if p.returncode != 0:
+        msg = _summarise(p.stderr)
+        crashed = p.returncode != 3
+        raise TractError(f"tract could not generate with {archive}: "
+                         + (f"tract crashed (exit code {p.returncode}): " if crashed else "")
+                         + msg, crashed=crashed)
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out["child_seconds"] = time.perf_counter() - t0
+    return out

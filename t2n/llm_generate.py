@@ -1,0 +1,111 @@
+"""Greedy generation with tract from a ``t2n llm`` archive (numpy and tract only).
+
+The archive computes one step of a causal language model: ``input_ids [1, S]`` and the cache
+``past_key_i`` / ``past_value_i [1, H_kv, P, D]`` in, ``logits [1, S, V]`` and
+``present_key_i`` / ``present_value_i [1, H_kv, P+S, D]`` out. The same archive serves the
+prompt (P = 0, S = prompt length) and every decoding step (S = 1): :func:`generate` feeds
+each step's present tensors back as the next step's past ones.
+
+The layout is read from the archive's ``tract_core_properties`` (``t2n.llm.*`` keys), so
+this module needs nothing but the archive. It imports neither torch nor t2n's engine: it is
+what ``t2n llm --check`` runs in a child process (a tract panic must not take t2n down) and
+a small reference for a runtime of your own.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+PREFIX = "t2n.llm."
+
+
+def read_layout(model) -> dict:
+    """The ``t2n.llm.*`` properties of a loaded tract model as plain Python values."""
+    keys = [k for k in model.property_keys() if k.startswith(PREFIX)]
+    if not keys:
+        raise ValueError("the archive has no t2n.llm.* properties: it was not written by "
+                         "'t2n llm'")
+    out = {}
+    for k in keys:
+        v = model.property(k)
+        try:
+            out[k[len(PREFIX):]] = v.to_numpy().tolist()
+        except Exception:  # strings: the Python API only shows them through dump()
+            out[k[len(PREFIX):]] = _dumped_strings(v.dump())
+    return out
+
+
+def _dumped_strings(text: str):
+    """``Tensor(,String abc)`` -> 'abc'; ``Tensor(2,String a, b)`` -> ['a', 'b']."""
+    head, _, body = text.partition("String ")
+    body = body[:-1] if body.endswith(")") else body
+    if head.startswith("Tensor(,"):
+        return body
+    return body.split(", ") if body else []
+
+
+def empty_cache(layout: dict) -> list[np.ndarray]:
+    """The past tensors of the first step (P = 0), in input order."""
+    past = []
+    for h, d in zip(layout["kv_heads"], layout["head_dim"]):
+        past += [np.zeros((1, h, 0, d), np.float32), np.zeros((1, h, 0, d), np.float32)]
+    return past
+
+
+def generate(archive: str, prompt: list[int], new_tokens: int) -> dict:
+    """Greedy generation of ``new_tokens`` tokens after ``prompt`` in tract.
+
+    Returns ``{"tokens": [...], "prefill_seconds", "decode_seconds", "decode_tokens_per_second",
+    "load_seconds"}``: the prompt runs in one step, then one token per step (the decode loop
+    the tokens per second are measured on)."""
+    import tract
+
+    t0 = time.perf_counter()
+    model = tract.nnef().load(archive)
+    layout = read_layout(model)
+    runnable = model.into_runnable()
+    load = time.perf_counter() - t0
+    past = empty_cache(layout)
+    ids = np.asarray([prompt], dtype=np.int64)
+    tokens: list[int] = []
+    t_prefill = t_decode = 0.0
+    for step in range(new_tokens):
+        t = time.perf_counter()
+        outs = runnable.run([ids, *past])
+        logits = outs[0].to_numpy()
+        past = [o.to_numpy() for o in outs[1:]]
+        token = int(np.argmax(logits[0, -1]))
+        dt = time.perf_counter() - t
+        if step == 0:
+            t_prefill = dt
+        else:
+            t_decode += dt
+        tokens.append(token)
+        ids = np.asarray([[token]], dtype=np.int64)
+    steps = max(new_tokens - 1, 0)
+    return {"tokens": tokens, "load_seconds": load, "prefill_seconds": t_prefill,
+            "decode_seconds": t_decode,
+            "decode_tokens_per_second": steps / t_decode if t_decode > 0 else None}
+
+
+def _main(argv: list[str]) -> int:
+    """``python -m t2n.llm_generate ARCHIVE PROMPT_IDS N``: JSON result on stdout."""
+    archive, prompt, n = argv
+    try:
+        result = generate(archive, [int(t) for t in prompt.split(",") if t], int(n))
+    except Exception as e:  # tract refused the archive: a message, not a crash
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        if len(lines) > 6:
+            lines = lines[:1] + ["..."] + lines[-4:]
+        sys.stderr.write((" | ".join(lines) or type(e).__name__) + "\n")
+        return 3
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
