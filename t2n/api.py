@@ -45,6 +45,12 @@ class ExportResult:
     warnings: list[str] = field(default_factory=list)
     extras: dict = field(default_factory=dict)
     stream: object = None  # t2n.streaming.StreamReport of a streaming export, else None
+    _rounded: object = field(default=None, repr=False, compare=False)
+
+    def rounded_model(self):
+        """The exported model as tract computes it: a copy holding the rounded weights
+        when they were compressed (``weights="f16"|"q4_0"``), else the model itself."""
+        return self._rounded() if callable(self._rounded) else self._rounded
 
     @property
     def op_count(self) -> int:
@@ -294,6 +300,12 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         warnings=list(g.warnings) + [f"tracer: {w.splitlines()[0]}" for w in
                                      built.tracer_warnings],
         extras=dict(g.__dict__.get("extras", {})))
+    if g.storage:
+        from .weight_check import rounded_copy
+
+        result._rounded = lambda: rounded_copy(model, g)
+    else:
+        result._rounded = model
     for w in g.warnings:
         warnings.warn(w, stacklevel=2)
     if g.streaming is not None:

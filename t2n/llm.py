@@ -31,7 +31,6 @@ import torch
 
 from .errors import CheckFailedError, ModelLoadError, T2NError, TractError, UsageError
 
-WEIGHT_FORMATS = ("f32", "f16", "q4_0")
 DEFAULT_NEW_TOKENS = 16
 PROMPT_LENGTH = 8
 # Example sizes of the trace: S != P, both > 1, so that no size-1 or "cache is empty" special
@@ -87,6 +86,11 @@ class LLMExportResult:
                          + ("PASSED" if self.passed else "FAILED"))
             lines.append(f"    transformers: {self.reference_tokens}")
             lines.append(f"    tract:        {self.tract_tokens}")
+            if g.get("original_tokens") is not None:
+                same = sum(a == b for a, b in zip(g["original_tokens"], self.tract_tokens))
+                lines.append(f"    (the {self.weights} weights' cost: the original float32 "
+                             f"model generates {g['original_tokens']}, {same} of "
+                             f"{len(self.tract_tokens)} tokens the same)")
             if g.get("decode_tokens_per_second"):
                 lines.append(f"    tract decode {g['decode_tokens_per_second']:.1f} tokens/s, "
                              f"prefill {g['prefill_seconds'] * 1000:.1f} ms, "
@@ -299,8 +303,9 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     exactly transformers' ``generate(do_sample=False)`` tokens."""
     from .api import export
 
-    if weights not in WEIGHT_FORMATS:
-        raise UsageError(f"weights must be one of {', '.join(WEIGHT_FORMATS)}, not {weights!r}")
+    from .weight_formats import check_format
+
+    weights = check_format(weights)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
             or max_new_tokens < 1:
         raise UsageError(f"max_new_tokens must be an integer >= 1, not {max_new_tokens!r}")
@@ -320,22 +325,28 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     ins, outs = io_names(len(layers))
     dyn = {"input_ids": {1: "S"}}
     dyn.update({n: {2: "P"} for n in ins[1:]})
-    options = {"weights": weights} if weights != "f32" else {}
     step = CausalLMStep(model, len(layers))
     with warnings.catch_warnings():
         # transformers' notices about its own API (deprecated attributes read while tracing)
         warnings.simplefilter("ignore", FutureWarning)
         result = export(step, args, f, input_names=ins, output_names=outs, dynamic_axes=dyn,
                         properties=_properties(model, layers, vocab, weights), quiet=quiet,
-                        progress=progress, **options)
+                        progress=progress, weights=weights)
     # transformers compares sizes in Python per layer (q_length > 1, ...): one line each
     result.warnings = list(dict.fromkeys(result.warnings))
     res = LLMExportResult(result, layers, vocab, weights)
     if check:
         res.prompt = prompt or default_prompt(vocab)
-        reference = _reference_model(model, weights)
-        res.reference_tokens = reference_tokens(reference, res.prompt, max_new_tokens)
-        res.generation = generate_in_tract(f, res.prompt, max_new_tokens, timeout=timeout)
+        if weights == "f32":
+            res.reference_tokens = reference_tokens(model, res.prompt, max_new_tokens)
+        else:  # the reference computes with the weights the archive stores
+            rounded = result.rounded_model().model
+            res.reference_tokens = reference_tokens(rounded, res.prompt, max_new_tokens)
+            del rounded
+            res.generation["original_tokens"] = reference_tokens(model, res.prompt,
+                                                                 max_new_tokens)
+        res.generation.update(generate_in_tract(f, res.prompt, max_new_tokens,
+                                                timeout=timeout))
         res.tract_tokens = res.generation["tokens"]
         if not res.passed:
             raise CheckFailedError("tract's greedy tokens differ from transformers' generate:\n"
@@ -350,16 +361,6 @@ def _vocab_size(model) -> int:
     if not isinstance(n, int) or n < 1:
         raise UsageError(f"cannot tell the vocabulary size of {type(model).__name__}")
     return n
-
-
-def _reference_model(model, weights: str):
-    """The model the tokens must match: the model itself for f32, else the model with the
-    weights rounded the way the archive stores them."""
-    if weights == "f32":
-        return model
-    from . import weights as weight_formats  # the weight-format module of t2n.export
-
-    return weight_formats.rounded_model(model, weights)
 
 
 def reference_tokens(model, prompt: list[int], n: int) -> list[int]:

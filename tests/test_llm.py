@@ -92,6 +92,21 @@ def test_cli_check_generates_like_transformers(family, tmp_path, capsys):
     assert '("t2n.llm.inputs", ["input_ids", "past_key_0", "past_value_0"' in text
 
 
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_cli_check_q4_0_generates_like_the_rounded_model(family, tmp_path, capsys):
+    """With --weights the reference is transformers on the same rounded weights."""
+    out = tmp_path / "out.nnef.tar"
+    code = _cli("llm", _saved(family, tmp_path), "-o", out, "--weights", "q4_0", "--check",
+                "--json")
+    assert code == 0
+    res = json.loads(capsys.readouterr().out)
+    lm = res["llm"]
+    assert lm["passed"] and lm["weights"] == "q4_0" and len(lm["tract_tokens"]) == 16
+    plan = res["weights"]
+    assert plan["compressed"] and plan["bytes_after"] < plan["bytes_before"] / 3
+    assert '("t2n.llm.weights", "q4_0")' in _graph_text(out)
+
+
 @pytest.mark.parametrize("family", ["mistral", "qwen2", "phi3", "gemma2", "gemma3"])
 def test_family_generates_like_transformers(family, tmp_path):
     res = llm.export_llm(_saved(family, tmp_path), tmp_path / "m.nnef.tar", check=True,
@@ -160,7 +175,7 @@ def test_bad_models_are_refused(tmp_path, capsys):
         vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2))
     with pytest.raises(UsageError, match="decoder-only"):
         llm.export_llm(t5, tmp_path / "x.nnef.tgz")
-    with pytest.raises(UsageError, match="weights must be one of"):
+    with pytest.raises(UsageError, match="is not a weight format"):
         llm.export_llm(t5, tmp_path / "x.nnef.tgz", weights="int3")
     model = _families()["llama"]()
     with pytest.raises(UsageError, match="prompt must be"):
