@@ -238,6 +238,40 @@ def cache_layout(model) -> list[CacheLayer]:
     return layers
 
 
+def _refuse_what_the_trace_cannot_follow(model) -> None:
+    """Refuse models whose graph would be right for the example sizes only.
+
+    Rotary embeddings of type ``dynamic`` (NTK scaling) and ``longrope`` switch their
+    frequencies once the sequence outgrows the pretraining length, by Python branches or
+    in-place buffer updates that a trace freezes; the archive would silently compute the
+    short-context frequencies for long contexts. Parameters must be float32 (the cache
+    inputs are float32): a float16/bfloat16 model is converted with ``model.float()``, and
+    ``weights="f16"`` gives the small archive."""
+    cfg = model.config
+    types = set()
+
+    def collect(params):
+        if isinstance(params, dict):
+            if isinstance(params.get("rope_type"), str):
+                types.add(params["rope_type"])
+            for v in params.values():
+                collect(v)
+
+    collect(getattr(cfg, "rope_parameters", None))
+    collect(getattr(cfg, "rope_scaling", None))
+    bad = sorted(t for t in types if "dynamic" in t or t == "longrope")
+    if bad:
+        raise UsageError(f"{type(model).__name__}: rope_type {', '.join(bad)} (config."
+                         "rope_parameters) changes the rotary frequencies with the sequence "
+                         "length, which the trace cannot follow; t2n llm does not export it")
+    odd = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()
+                  if p.is_floating_point() and p.dtype != torch.float32})
+    if odd:
+        raise UsageError(f"{type(model).__name__} holds {', '.join(odd)} parameters; t2n llm "
+                         "exports float32 models (use model.float(); --weights f16 stores "
+                         "the weights as float16)")
+
+
 def io_names(n_layers: int) -> tuple[list[str], list[str]]:
     ins, outs = ["input_ids"], ["logits"]
     for i in range(n_layers):
@@ -269,6 +303,8 @@ def _properties(model, layers, vocab: int, weights: str) -> dict:
     eos = [t for t in eos if isinstance(t, int) and 0 <= t < vocab]
     if eos:
         props["t2n.llm.eos_token_id"] = eos
+    if _max_positions(model):
+        props["t2n.llm.max_positions"] = _max_positions(model)
     bos = getattr(cfg, "bos_token_id", None)
     if isinstance(bos, int) and 0 <= bos < vocab:
         props["t2n.llm.bos_token_id"] = bos
@@ -316,11 +352,16 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     if not isinstance(model, torch.nn.Module):
         raise ModelLoadError(f"MODEL gave a {type(model).__name__}, not an nn.Module")
     layers = cache_layout(model)
+    _refuse_what_the_trace_cannot_follow(model)
     vocab = _vocab_size(model)
+    limit = _max_positions(model)
     if prompt is not None:
         prompt = [int(t) for t in prompt]
         if not prompt or any(t < 0 or t >= vocab for t in prompt):
             raise UsageError(f"prompt must be a non-empty list of token ids in [0, {vocab})")
+    if check and limit and len(prompt or default_prompt(vocab)) + max_new_tokens > limit:
+        raise UsageError(f"the check's prompt and {max_new_tokens} new tokens exceed the "
+                         f"model's {limit} positions (max_position_embeddings)")
     args = _example(layers, vocab)
     ins, outs = io_names(len(layers))
     dyn = {"input_ids": {1: "S"}}
@@ -353,6 +394,12 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
                                    f"  transformers: {res.reference_tokens}\n"
                                    f"  tract:        {res.tract_tokens}", report=res)
     return res
+
+
+def _max_positions(model) -> int | None:
+    cfg = model.config
+    n = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    return n if isinstance(n, int) and n > 0 else None
 
 
 def _vocab_size(model) -> int:

@@ -180,7 +180,30 @@ def test_bad_models_are_refused(tmp_path, capsys):
     model = _families()["llama"]()
     with pytest.raises(UsageError, match="prompt must be"):
         llm.export_llm(model, tmp_path / "x.nnef.tgz", check=True, prompt=[500])
+    with pytest.raises(UsageError, match="exceed the model's 16 positions"):
+        llm.export_llm(transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            **dict(_COMMON, max_position_embeddings=16))), tmp_path / "x.nnef.tgz", check=True)
+    with pytest.raises(UsageError, match="float32 models"):
+        llm.export_llm(_families()["llama"]().to(torch.bfloat16), tmp_path / "x.nnef.tgz")
     assert not list(tmp_path.glob("x.nnef.tgz*")), "nothing is written for a refused model"
+
+
+@pytest.mark.parametrize("rope", ["longrope", "dynamic"])
+def test_sequence_dependent_rope_is_refused(rope, tmp_path):
+    """Their frequencies switch past the pretraining length; a trace would freeze the
+    short-context ones (the generation check showed tract diverging at that position)."""
+    T = transformers
+    if rope == "longrope":
+        model = T.Phi3ForCausalLM(T.Phi3Config(
+            **dict(_COMMON, max_position_embeddings=64), pad_token_id=0,
+            original_max_position_embeddings=16,
+            rope_scaling={"rope_type": "longrope", "short_factor": [1.0] * 4,
+                          "long_factor": [4.0] * 4}))
+    else:
+        model = T.LlamaForCausalLM(T.LlamaConfig(
+            **_COMMON, rope_scaling={"rope_type": "dynamic", "factor": 4.0}))
+    with pytest.raises(UsageError, match=f"rope_type {rope}"):
+        llm.export_llm(model, tmp_path / "x.nnef.tgz")
 
 
 def test_properties_refuse_what_tract_cannot_parse():
