@@ -170,7 +170,8 @@ def main(argv=None) -> None:
         print(f"LLaMA config: {a.layers} layers, hidden 768, 12 heads / 4 kv heads, vocabulary "
               f"32000, {n_params / 1e6:.1f} M parameters ({n_params * 4 / 1e6:.0f} MB f32); "
               f"prompt {len(prompt)} tokens, {a.new_tokens} new; torch threads "
-              f"{torch.get_num_threads()}")
+              f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f} "
+              f"on {os.cpu_count()} cores")
         rows, reference = [], None
         for w in a.weights.split(","):
             out = os.path.join(a.keep or work, f"llama-{w}.nnef.tar")
