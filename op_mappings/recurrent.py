@@ -1,14 +1,15 @@
 """Recurrent layers: ``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu`` (what ``nn.LSTM``,
-``nn.GRU`` and ``nn.RNN`` trace to), as one ``tract_core_scan`` per layer and direction.
+``nn.GRU`` and ``nn.RNN`` trace to), as ONE ``tract_core_scan`` per layer.
 
-Each layer and direction is lowered the way tract runs recurrences best:
+Each layer is lowered the way tract runs recurrences best:
 
-1. the input projection of every time step, ``x @ W_ih^T + b``, is ONE matmul before the loop
-   (both directions of a bidirectional layer share it: their weights are stacked);
-2. a :class:`~t2n.loops.Loop` scans that projection along the time axis (from the end for
-   the reverse direction) and carries ``h`` (and ``c``) as states; its body is the recurrent
-   matmul plus tract's fused cell epilogue (``tract_core_lstm_epilogue``,
-   ``tract_core_gru_epilogue``) for f32/f16, or the same formulas op by op otherwise;
+1. the input projection of every time step, ``x @ W_ih^T + b``, is one matmul before the
+   loop (both directions share it: their weights are stacked);
+2. a :class:`~t2n.loops.Loop` scans that projection along the time axis, the reverse
+   direction reading it from the end, and carries ``h`` (and ``c``) as states stacked on a
+   leading direction axis ``[D, B, H]``; its body is one batched recurrent matmul plus
+   tract's fused cell epilogue (``tract_core_lstm_epilogue``, ``tract_core_gru_epilogue``)
+   for f32/f16, or the same formulas op by op otherwise;
 3. the per-step outputs and the last states come out of the scan.
 
 So the op count and the archive size do not depend on the sequence length, and the time axis
@@ -18,9 +19,10 @@ rows are permuted once at export. PyTorch's GRU applies the reset gate after the
 projection (``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``), which is exactly tract's GRU
 epilogue. LSTM projections (``proj_size``): ``h = W_hr (o * tanh(c))``.
 
-Packed sequences (``.data`` overloads) come from :mod:`op_mappings.recurrent_packed`'s
-values: a padded tensor, its lengths and a step mask; the loop then freezes each sequence's
-state past its length and writes zeros there.
+Packed sequences (the ``.data`` overloads) arrive as :class:`PackedData`: the padded tensor,
+its lengths and a step mask; the loop then keeps each sequence's state past its length
+(for the reverse direction: until its own last step) and writes zeros there. The cells
+(``lstm_cell`` ...) are single steps with the same epilogues.
 """
 
 from __future__ import annotations
@@ -198,44 +200,34 @@ def _layers(g, kind, x, hx, params, has_biases, num_layers, dropout, train, bidi
     batch = x.shape[b_axis]
     mask = packed.mask if packed is not None else None  # [T, B, 1] bool, time-major
 
-    finals: list[list[Tensor]] = [[] for _ in hx]  # per state kind: one [1, B, H] per k
+    finals: list[list[Tensor]] = [[] for _ in hx]  # per state kind: [D, B, H] per layer
     for layer in range(num_layers):
         ws = [params[(layer * dirs + d) * per:(layer * dirs + d + 1) * per]
               for d in range(dirs)]
         proj = _input_projection(g, kind, x, ws, has_biases, t_axis)
-        outs = []
-        for d in range(dirs):
-            k = layer * dirs + d
-            w = ws[d]
-            w_hh = w[1]
-            b_hh = w[3] if has_biases else None
-            w_hr = w[2 + n_bias] if has_proj else None
-            hidden = w[0].shape[0] // _GATES[kind]
-            h_size = w_hr.shape[0] if has_proj else hidden
-            inits = []
-            for s, h in enumerate(hx):
-                size = h_size if s == 0 else hidden
-                inits.append(_initial_state(g, h, k, batch, size, x.dtype))
-            y, lasts = _direction(g, kind, proj[d], inits, w_hh, b_hh, w_hr, hidden,
-                                  t_axis, reverse=d == 1, mask=mask)
-            outs.append(y)
-            for s, last in enumerate(lasts):
-                finals[s].append(g.unsqueeze(last, [0]))
-        x = g.concat(outs, 2)
+        hidden = ws[0][0].shape[0] // _GATES[kind]
+        h_size = ws[0][2 + n_bias].shape[0] if has_proj else hidden
+        inits = [_initial_state(g, h, layer * dirs, dirs, batch, h_size if s == 0 else hidden,
+                                x.dtype) for s, h in enumerate(hx)]
+        x, lasts = _recurrence(g, kind, proj, inits,
+                               [w[1] for w in ws], [w[3] for w in ws] if has_biases else None,
+                               [w[2 + n_bias] for w in ws] if has_proj else None,
+                               hidden, t_axis, mask)
+        for s, last in enumerate(lasts):
+            finals[s].append(last)
     results = [x] + [g.concat(f, 0) for f in finals]
     if unbatched:
         results = [g.squeeze(r, [1]) for r in results]
     return tuple(results)
 
 
-def _initial_state(g, hx, k, batch, size, dtype):
-    """State ``k`` of ``hx`` ([L*D, B, H]) as [B, H], or zeros when not given."""
+def _initial_state(g, hx, k, dirs, batch, size, dtype):
+    """States ``k .. k+dirs`` of ``hx`` ([L*D, B, H]) as [D, B, H], zeros when not given."""
     if hx is None or (hx.is_const and not bool(hx.value.any())):
-        return g.broadcast_to(g.scalar(0.0, dtype), [batch, size])  # nn.LSTM's zeros
+        return g.broadcast_to(g.scalar(0.0, dtype), [dirs, batch, size])  # nn.LSTM's zeros
     if hx.is_const:
-        return g.const(hx.value[k].to(dtype))
-    h = g.squeeze(g.slice(hx, 0, k, k + 1), [0])
-    return g.cast(h, dtype)
+        return g.const(hx.value[k:k + dirs].to(dtype))
+    return g.cast(g.slice(hx, 0, k, k + dirs), dtype)
 
 
 def _input_projection(g, kind, x, ws, has_biases, t_axis):
@@ -271,46 +263,69 @@ def _input_projection(g, kind, x, ws, has_biases, t_axis):
     return [g.slice(y, 2, d * width, (d + 1) * width) for d in range(len(ws))]
 
 
-def _direction(g, kind, proj, inits, w_hh, b_hh, w_hr, hidden, t_axis, reverse, mask):
-    """One scan over ``proj`` ([T, B, G*H] or [B, T, G*H]): (output, [last states])."""
-    step = -1 if reverse else 1
+def _recurrence(g, kind, projs, inits, w_hhs, b_hhs, w_hrs, hidden, t_axis, mask):
+    """ONE scan running every direction of a layer side by side: the forward direction
+    reads its projection from the start, the reverse one from the end, and their states
+    are stacked on a leading direction axis ([D, B, H]) so that one batched matmul and one
+    fused epilogue serve both. Returns the layer output (directions concatenated on the
+    feature axis, PyTorch's layout) and the last states ([D, B, H] each)."""
+    dirs = len(projs)
     loop = Loop(g, kind)
     b = loop.body
-    xw = b.squeeze(loop.scan(proj, axis=t_axis, step=step), [t_axis])  # [B, G*H]
+    steps = [1, -1][:dirs]
+
+    def time_slice(t, step):  # one step of a [T, B, F] / [B, T, F] tensor, as [1, B, F]
+        x = loop.scan(t, axis=t_axis, step=step)
+        return x if t_axis == 0 else b.unsqueeze(b.squeeze(x, [1]), [0])
+
+    xw = b.concat([time_slice(p, st) for p, st in zip(projs, steps)], 0)  # [D, B, G]
     states = [loop.state(s) for s in inits]
     h = states[0]
-    r = loop.full(g.cast(_gate_rows(g, w_hh, _ORDER[kind]), proj.dtype))
+    r = loop.full(_stack(g, [_gate_rows(g, w, _ORDER[kind]) for w in w_hhs], xw.dtype))
     rh = b.op("matmul", h, r, transposeA=False, transposeB=True,
-              out_shape=[h.shape[0], r.shape[0]], out_dtype=h.dtype)
+              out_shape=[dirs, h.shape[1], r.shape[1]], out_dtype=h.dtype)
     if kind == "lstm":
-        c = states[1]
-        h_new, c_new = lstm_step(b, b.binary("add", xw, rh, h.dtype), c, hidden)
-        if w_hr is not None:
-            wr = loop.full(g.cast(w_hr, proj.dtype))
+        h_new, c_new = lstm_step(b, b.binary("add", xw, rh, h.dtype), states[1], hidden)
+        if w_hrs is not None:
+            wr = loop.full(_stack(g, w_hrs, xw.dtype))
             h_new = b.op("matmul", h_new, wr, transposeA=False, transposeB=True,
-                         out_shape=[h.shape[0], wr.shape[0]], out_dtype=h.dtype)
+                         out_shape=[dirs, h.shape[1], wr.shape[1]], out_dtype=h.dtype)
         news = [h_new, c_new]
     elif kind == "gru":
-        if b_hh is not None:
-            rh = b.binary("add", rh, loop.full(g.cast(_gate_rows(g, b_hh, _GRU_ORDER),
-                                                      proj.dtype)), h.dtype)
+        if b_hhs is not None:
+            bias = _stack(g, [_gate_rows(g, x, _GRU_ORDER) for x in b_hhs], xw.dtype)
+            bias = g.reshaped_const(bias, (dirs, 1, bias.shape[1])) if bias.is_const \
+                else g.unsqueeze(bias, [1])
+            rh = b.binary("add", rh, loop.full(bias), h.dtype)
         news = [gru_step(b, xw, rh, h, hidden)]
     else:
         pre = b.binary("add", xw, rh, h.dtype)
         news = [b.op("tanh" if kind == "rnn_tanh" else "relu", pre)]
     y = news[0]
     if mask is not None:
-        m = b.squeeze(loop.scan(mask, axis=0, step=step), [0])  # [B, 1]
+        m = b.concat([loop.scan(mask, axis=0, step=st) for st in steps], 0)  # [D, B, 1]
         news = [b.op("select", m, n, s, out_shape=s.shape, out_dtype=s.dtype)
                 for n, s in zip(news, states)]
         y = b.op("select", m, y, b.scalar(0.0, y.dtype), out_shape=y.shape,
                  out_dtype=y.dtype)
     for s, n in zip(states, news):
         loop.update(s, n)
-    specs = [loop.scan_output(b.unsqueeze(y, [t_axis]), axis=t_axis, step=step)]
+    specs = []
+    for d, st in enumerate(steps):
+        y_d = b.slice(y, 0, d, d + 1) if dirs > 1 else y  # [1, B, H]
+        if t_axis == 1:
+            y_d = b.unsqueeze(b.squeeze(y_d, [0]), [1])  # [B, 1, H]
+        specs.append(loop.scan_output(y_d, axis=t_axis, step=st))
     specs += [loop.last_output(n) for n in news]
     outs = loop.outputs(specs)
-    return outs[0], outs[1:]
+    return g.concat(outs[:dirs], 2), outs[dirs:]
+
+
+def _stack(g, ws, dtype):
+    """[D, ...] from one tensor per direction (a constant stays one weight)."""
+    if all(w.is_const for w in ws):
+        return g.variable(torch.stack([w.value for w in ws]).to(dtype), _label(g, ws[0]))
+    return g.concat([g.unsqueeze(g.cast(w, dtype), [0]) for w in ws], 0)
 
 
 # ---------------------------------------------------------------------------- cell math
