@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from . import dtypes, passes, weight_formats
+from . import dtypes, model_io, passes, weight_formats
 from . import streaming as _stream
 from .builder import Graph, safe_identifier
 from .capture import capture, load_torchscript
@@ -90,14 +90,13 @@ class ExportResult:
 
 
 def _as_args(args) -> tuple:
-    if isinstance(args, torch.Tensor):
-        return (args,)
-    if isinstance(args, (list, tuple)):
-        for i, a in enumerate(args):
-            if not isinstance(a, torch.Tensor):
-                raise UsageError(f"example input {i} is a {type(a).__name__}; t2n takes tensors")
-        return tuple(args)
-    raise UsageError(f"args must be a tensor or a tuple of tensors, not {type(args).__name__}")
+    """The example tensors of ``args`` (a tensor, a tuple or a dict of tensors), in order."""
+    return model_io.bind(None, args, None).tensors
+
+
+def _caller(model, binding):
+    """``model`` as the checks call it: positionally, or through the keyword binding."""
+    return model_io.Adapter(model, binding) if binding.keywords else model
 
 
 def _names(given, n: int, default: str, what: str) -> list[str]:
@@ -163,13 +162,14 @@ class _Built:
     stream_axes: list[int] | None = None  # per input, its streaming axis (-1: none)
 
 
-def _build(model, args, input_names, output_names, dynamic_axes, options,
+def _build(model, binding, output_names, dynamic_axes, options,
            stream_spec=None) -> _Built:
     """capture -> walk -> passes: the graph the writer serialises."""
-    in_names = _names(input_names, len(args), "input", "input")
+    args = binding.tensors
+    in_names = _names(binding.names, len(args), "input", "input")
     symbols = _symbols_for(dynamic_axes, in_names, args) if dynamic_axes else {}
     spec = _stream.resolve(*stream_spec, symbols, args, in_names) if stream_spec else None
-    captured = capture(model, args)
+    captured = capture(model, args, binding)
     if captured.n_inputs != len(args):
         raise UsageError(f"the traced model takes {captured.n_inputs} tensor input(s), "
                          f"{len(args)} given")
@@ -190,7 +190,11 @@ def _build(model, args, input_names, output_names, dynamic_axes, options,
 
     labels: dict[int, str] = {}
     walker = Walker(g, captured.root, labels)
+    walker.path_prefix = captured.path_prefix
     outs = walker.run(captured.graph, inputs)
+    if output_names is None and captured.output_names is not None \
+            and len(captured.output_names) == len(outs):
+        output_names = captured.output_names  # ModelOutput fields, cache tensors ...
     out_names = _names(output_names, len(outs), "output", "output")
     handles = []
     for t, name in zip(outs, out_names):
@@ -212,9 +216,9 @@ def export_graph(model, args, *, input_names=None, output_names=None, dynamic_ax
 
     For tests and tools that inspect the graph (op counts, shapes) without an archive."""
     model = _load_model(model)
-    args = _as_args(args)
+    binding = model_io.bind(model, args, input_names)
     _check_options(options)
-    return _build(model, args, input_names, output_names, dynamic_axes, options,
+    return _build(model, binding, output_names, dynamic_axes, options,
                   (streaming, None) if streaming is not None else None).graph
 
 
@@ -263,7 +267,8 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
                          "streaming form or properties: weights=, streaming=, pulse= and "
                          "properties= are tract's")
     model = _load_model(model)
-    args = _as_args(args)
+    binding = model_io.bind(model, args, input_names)
+    args = binding.tensors
     if not isinstance(f, (str, os.PathLike)):
         raise UsageError("f must be a path")
     f = os.fspath(f)
@@ -276,7 +281,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     if not os.path.isdir(os.path.dirname(os.path.abspath(f))):
         raise UsageError(f"cannot write {f}: directory {os.path.dirname(os.path.abspath(f))} "
                          "does not exist")
-    built = _build(model, args, input_names, output_names, dynamic_axes, options,
+    built = _build(model, binding, output_names, dynamic_axes, options,
                    (streaming, pulse) if streaming is not None or pulse is not None else None)
     g, inputs, handles, out_names = built.graph, built.inputs, built.outputs, built.output_names
     tgt.lower(g)
@@ -308,25 +313,26 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         result._rounded = model
     for w in g.warnings:
         warnings.warn(w, stacklevel=2)
+    caller = _caller(model, binding)
     if g.streaming is not None:
-        reference = model
+        reference = caller
         if check and g.storage:  # compressed weights: the stream runs on the rounded ones
             from .weight_check import rounded_copy
 
-            reference = rounded_copy(model, g)
+            reference = rounded_copy(caller, g)
         result.stream = _stream.pulse_and_check(
             f, g, g.streaming, model=reference, args=args, axes=built.stream_axes,
             out_names=out_names, check=check, rtol=rtol, atol=atol)
     if check and g.storage:  # compressed weights: compare on the same rounded weights
         from .weight_check import check_compressed, cost_lines
 
-        result.checks, cost = check_compressed(f, model, g, args, out_names, rtol, atol)
+        result.checks, cost = check_compressed(f, caller, g, args, out_names, rtol, atol)
         result.extras["weights_error"] = {c.name: {"max_abs_err": c.max_abs_err,
                                                    "max_rel_err": c.max_rel_err} for c in cost}
         result.extras.setdefault("report_lines", []).extend(cost_lines(cost))
     elif check:
         result.checks = check_archive(f, model, args, out_names, rtol=rtol, atol=atol,
-                                      target=tgt.name)
+                                      target=tgt.name, input_names=binding.names)
     if check:
         result.extras["checked_with"] = tgt.checker
     if check and not result.passed:
@@ -343,51 +349,42 @@ def _sym(name: str):
     return sympy.Symbol(name, integer=True, positive=True)
 
 
-def torch_outputs(model, args) -> list[np.ndarray]:
-    """Eager PyTorch outputs, flattened, without changing the model's mode for good."""
+def torch_outputs(model, args, input_names=None) -> list[np.ndarray]:
+    """Eager PyTorch outputs, flattened as the export flattens them (``model_io``), without
+    changing the model's mode for good."""
+    binding = model_io.bind(model, args, input_names)
     was_training = getattr(model, "training", None)
     try:
         if isinstance(model, torch.nn.Module):
             model.train(False)
         with torch.no_grad():
-            out = model(*args)
+            out = binding.call(model)
     finally:
         if was_training is not None:
             model.train(was_training)
     flat = []
-
-    def walk(o):
-        if isinstance(o, torch.Tensor):
-            t = o.detach()
-            if t.dtype == torch.bfloat16:
-                t = t.float()
-            flat.append(t.numpy().copy())
-        elif isinstance(o, (list, tuple)):
-            for x in o:
-                walk(x)
-        elif isinstance(o, dict):
-            for k in o:
-                walk(o[k])
-        else:
-            raise UsageError(f"the model returns a {type(o).__name__}; t2n exports tensor "
-                             "outputs only")
-
-    walk(out)
+    for t in model_io.flatten(out)[1]:
+        t = t.detach()
+        if t.dtype == torch.bfloat16:
+            t = t.float()
+        flat.append(t.numpy().copy())
     return flat
 
 
 def check_archive(path: str, model, args, out_names: list[str], rtol: float = DEFAULT_RTOL,
                   atol: float = DEFAULT_ATOL, inputs=None,
-                  target: str = "tract") -> list[OutputCheck]:
+                  target: str = "tract", input_names=None) -> list[OutputCheck]:
     """Run the archive on ``args`` with the engine of ``target`` (tract, or nnef-tools for
-    ``khronos``) and compare each output with PyTorch."""
+    ``khronos``) and compare each output with PyTorch. ``args`` and ``input_names`` bind
+    to ``forward`` as in :func:`export`."""
     from .nnef_tools_runner import run_in_nnef_tools
     from .tract_runner import TractRunError, run_in_tract
 
     engine = get_target(target).checker
     run = run_in_nnef_tools if engine == "nnef-tools" else run_in_tract
     model = _load_model(model)
-    expected = torch_outputs(model, args)
+    expected = torch_outputs(model, args, input_names)
+    args = model_io.bind(model, args, input_names).tensors
     np_inputs = [a.detach().numpy() for a in args]
     try:
         got = run(path, np_inputs)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import ModelLoadError, TraceError
+from .errors import ModelLoadError, T2NError, TraceError
 
 
 class SpecialisedTraceWarning(UserWarning):
@@ -28,6 +28,8 @@ class Captured:
     root: object  # the module whose attributes GetAttr nodes read
     n_inputs: int
     tracer_warnings: list
+    output_names: list | None = None  # from the model's result (see model_io.flatten)
+    path_prefix: str = ""  # module path of the user's model inside ``root``
 
 
 def load_torchscript(path: str):
@@ -79,18 +81,37 @@ def _mha_fastpath_off():
         torch.backends.mha.set_fastpath_enabled(enabled)
 
 
-def capture(model, args: tuple) -> Captured:
-    """Trace ``model`` on ``args`` in eval mode without grad; restore the training flag."""
+def capture(model, args, binding=None) -> Captured:
+    """Trace ``model`` on ``args`` in eval mode without grad; restore the training flag.
+
+    ``binding`` (a :class:`t2n.model_io.Binding`) says how the inputs reach ``forward``;
+    without one they go positionally. A Python module is traced through
+    :class:`t2n.model_io.Adapter`, which flattens ModelOutputs and caches to named tensors.
+    """
+    from . import model_io
+
+    if binding is None:
+        binding = model_io.bind(model, args, None)
+    args = binding.tensors
     was_training = getattr(model, "training", None)
     collected: list[str] = []
+    adapter = None
+    script_names = None
     try:
         if isinstance(model, torch.nn.Module) and not isinstance(model, torch.jit.ScriptModule):
             model.train(False)
         with torch.no_grad(), _quiet_trace(collected), _mha_fastpath_off():
             try:
-                if isinstance(model, torch.jit.ScriptModule):
-                    model(*args)  # tracing a ScriptModule is a no-op: this checks the inputs
-                traced = torch.jit.trace(model, args, check_trace=False, strict=False)
+                if isinstance(model, torch.jit.ScriptModule) and not binding.keywords:
+                    # tracing a ScriptModule is a no-op: this checks the inputs (and names
+                    # the outputs)
+                    script_names = _names_or_none(binding.call(model))
+                    traced = torch.jit.trace(model, args, check_trace=False, strict=False)
+                else:
+                    adapter = model_io.Adapter(model, binding)
+                    traced = torch.jit.trace(adapter, args, check_trace=False, strict=False)
+            except T2NError:
+                raise
             except Exception as e:
                 text = str(e).strip().splitlines()
                 if text and "TorchScript interpreter" in text[0]:
@@ -118,4 +139,18 @@ def capture(model, args: tuple) -> Captured:
                 "data-dependent control flow or a tensor read as a Python value: the export "
                 f"reproduces the traced path only ({msg.split('.')[0]})"), stacklevel=3)
     n_inputs = len(list(graph.inputs())) - (1 if root is not None else 0)
-    return Captured(graph, root, n_inputs, collected)
+    if adapter is not None:
+        if not adapter.output_names:
+            raise TraceError("the model returned no tensor")
+        return Captured(graph, root, n_inputs, collected, adapter.output_names,
+                        model_io.Adapter.PREFIX)
+    return Captured(graph, root, n_inputs, collected, script_names)
+
+
+def _names_or_none(result):
+    from . import model_io
+
+    try:
+        return model_io.flatten(result)[0]
+    except T2NError:
+        return None  # the walker names the offending output

@@ -48,7 +48,8 @@ def assert_exports(model, args, *, rtol: float = DEFAULT_RTOL, atol: float = DEF
     """Export ``model`` on ``args``; assert tract matches PyTorch on ``args`` and on every
     tuple of inputs in ``more_args`` (other sizes, for dynamic axes).
 
-    ``args`` is a tensor or a tuple of tensors; ``export_kwargs`` go to :func:`t2n.export`
+    ``args`` is a tensor, a tuple of tensors or a dict of keyword inputs (as is each entry
+    of ``more_args``); ``export_kwargs`` go to :func:`t2n.export`
     (``input_names``, ``output_names``, ``dynamic_axes``, ...). Floats compare with
     ``|tract - torch| <= atol + rtol * |torch|`` (NaN where torch has NaN), integers and
     bools exactly. Returns the :class:`~t2n.api.ExportResult`.
@@ -71,16 +72,20 @@ def assert_exports(model, args, *, rtol: float = DEFAULT_RTOL, atol: float = DEF
             raise AssertionError(f"{what}: tract failed on the export{_kept(path)}: {e}") \
                 from None
         names = [o.name for o in result.outputs]
+        input_names = [i.name for i in result.inputs] if (
+            isinstance(args, dict) or export_kwargs.get("input_names")) else None
         for k, extra in enumerate(more_args):
-            extra = _as_args(extra)
+            if not isinstance(extra, dict):
+                extra = _as_args(extra)
             try:
-                checks = check_archive(path, model, extra, names, rtol=rtol, atol=atol)
+                checks = check_archive(path, model, extra, names, rtol=rtol, atol=atol,
+                                       input_names=input_names)
             except TractError as e:
                 raise AssertionError(f"{what}: tract failed on input set {k + 1}"
                                      f"{_kept(path)}: {e}") from None
             if not all(c.ok for c in checks):
                 raise AssertionError(f"{what}: tract differs from torch on input set {k + 1} "
-                                     f"(shapes {[tuple(a.shape) for a in extra]})"
+                                     f"(shapes {[tuple(a.shape) for a in _as_args(extra)]})"
                                      f"{_kept(path)}:\n" +
                                      "\n".join("  " + c.line() for c in checks))
         return result

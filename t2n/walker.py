@@ -229,6 +229,8 @@ class Walker:
             raise _Unsupported("custom Python autograd functions cannot be traced into aten ops")
         raise _Unsupported("TorchScript construct not supported by the walker")
 
+    path_prefix = ""  # module path of the user's model inside root (t2n's call adapter)
+
     def _module_path(self, obj) -> str:
         path = self._paths().get(id(obj))
         return f"{path}." if path else ""
@@ -238,7 +240,7 @@ class Walker:
             cache = {}
             if self.root is not None:
                 for n, m in self.root.named_modules():
-                    cache[id(m)] = n
+                    cache[id(m)] = _strip_path(n, self.path_prefix)
             self._path_cache = cache
         return self._path_cache
 
@@ -659,3 +661,12 @@ def _ts_sizes(v):
         except RuntimeError:
             return None
     return None
+
+
+def _strip_path(path: str, prefix: str) -> str:
+    """A module path relative to the user's model (weights keep their state_dict names)."""
+    if not prefix:
+        return path
+    if path == prefix:
+        return ""
+    return path.removeprefix(prefix + ".")

@@ -112,3 +112,14 @@ def make_abort():
 
 def not_a_module():
     return 42
+
+
+def make_qwen3_causal_lm():
+    """transformers' Qwen3ForCausalLM as it is (ModelOutput with logits and a DynamicCache)."""
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.Qwen3Config(vocab_size=1000, hidden_size=32, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=64, head_dim=8, max_position_embeddings=64)
+    return transformers.Qwen3ForCausalLM(cfg).eval()
