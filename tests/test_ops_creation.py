@@ -62,3 +62,16 @@ def test_static_creation_is_folded_to_constants():
         "full int * x": lambda x: torch.full((2, 4), 3) * x,
     }, (torch.randn(2, 4),))
     assert "tract_core_range" not in r.op_histogram
+
+
+def test_empty_like_fully_overwritten():
+    """empty_like's values are unspecified; code that writes every element (an inverse
+    permutation, as transformers' MoE blocks build) gets exact results."""
+
+    def inverse(x):
+        perm = torch.argsort(x)
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(perm.shape[0])
+        return inv, torch.empty_like(x).copy_(x) * 2
+
+    assert_cases({"inverse permutation": inverse}, (torch.randn(9),))
