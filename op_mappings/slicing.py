@@ -25,6 +25,7 @@ def _bounds(n, start, end):
         start = min(max(start, 0), n)
         end = min(max(end, start), n)
     else:
+        from_back = isinstance(end, int) and end < 0
         if isinstance(start, int) and start < 0:
             start = n + start
         if isinstance(end, int) and end < 0:
@@ -34,7 +35,14 @@ def _bounds(n, start, end):
             import sympy
 
             start = sympy.Max(0, sympy.Min(n, start))
-            end = sympy.Max(start, sympy.Min(n, end))
+            if from_back:
+                # x[..., :-k]: n - k as written. With a max(start, n - k) tract cannot
+                # tell that the result has n - k elements (the residual add of wav2vec2's
+                # positional convolution then fails to load); an axis shorter than the
+                # slice (empty in PyTorch) is an error at run time in tract
+                pass
+            else:
+                end = sympy.Max(start, sympy.Min(n, end))
             start, end = _plain(start), _plain(end)
         # a symbolic bound on a static axis (position_ids[:, :S]) is kept as written: the
         # model is only valid where it lies within the axis, and a min() would hide from
