@@ -10,7 +10,8 @@ symbolic); what streaming changes is:
   pooling pads the stream explicitly);
 * **refusals at export**: :func:`refusals` rejects what tract would pulse into wrong values
   (a reshape that merges the streaming axis with an axis before it, a recurrent layer
-  reading the stream backwards), and tract's own pulse errors are translated back to the aten op and the
+  reading the stream backwards, a tensor spanning the stream twice such as S x S
+  attention scores), and tract's own pulse errors are translated back to the aten op and the
   model's source line that stop streaming (:func:`translate`), not left as tract messages;
 * **the delay**: the pulsed model's output lags its input by ``delay`` steps of the
   streaming axis (2 for a centred convolution of kernel 5, 0 for a causal model), read from
@@ -143,8 +144,18 @@ def refusals(g, spec: Streaming) -> None:
     tract's pulse transform (0.23.9) accepts a reshape whose streaming axis is merged with
     axes before it ((C, S) -> C*S): each chunk is laid out channel-major, so concatenated
     chunks are not the whole stream's layout. It also pulses a scan that walks the stream
-    backwards (a reverse-direction RNN), chunk by chunk. Both are refused here."""
+    backwards (a reverse-direction RNN) chunk by chunk, and a product of the stream with
+    itself (S x S attention scores) as a product of each chunk with itself. All three are
+    refused here."""
     for op in g.live_ops():
+        square = next((o for o in op.outputs
+                       if sum(spec.carries(d) for d in o.shape) >= 2), None)
+        if square is not None:
+            raise _refusal(op, f"its result {list(map(str, square.shape))} spans the "
+                           f"streaming axis {spec.symbol} twice (every step against every "
+                           "step, like attention scores over the whole stream), which no "
+                           "chunk can hold; attend over a bounded window of past steps "
+                           "built from shifted copies instead")
         if op.kind == "reshape":
             x, y = op.args[0], op.outputs[0]
             reason = _reshape_reason(spec, x.shape, y.shape)

@@ -59,6 +59,7 @@ class CausalTCN(nn.Module):
         return self.out(h)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pulse", [4, 8])
 def test_causal_tcn_streams_with_no_delay(tmp_path, pulse):
     r = stream_export(CausalTCN(), torch.randn(1, 6, 32), tmp_path, pulse)
@@ -105,6 +106,7 @@ def test_strided_front_end(tmp_path, pulse):
     assert r.delay == 1  # c2 looks one (down-sampled) step ahead
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pulse", [4, 8])
 def test_kws_conv_model(tmp_path, pulse):
     r = stream_export(kws.make_kws(), kws.example_input(40), tmp_path, pulse, axis=3)
@@ -114,6 +116,7 @@ def test_kws_conv_model(tmp_path, pulse):
     assert r.delay == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pulse", [4, 8])
 def test_kws_conv_gru_model(tmp_path, pulse):
     """The GRU is a tract_core_scan carrying its state from chunk to chunk; it starts on
@@ -134,6 +137,7 @@ class Recurrent(nn.Module):
         return self.rnn(h)[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cell, kw, pulse", [(nn.LSTM, dict(num_layers=2), 4),
                                              (nn.GRU, dict(num_layers=2, dropout=0.1), 6),
                                              (nn.RNN, {}, 4)])
@@ -162,6 +166,52 @@ def test_time_on_axis_1_with_dynamic_batch(tmp_path, pulse):
     r = stream_export(FrameLayout(), torch.randn(2, 24, 8), tmp_path, pulse, axis=1,
                       extra_axes={0: "B"})
     assert r.delay == 0 and r.stream.input_axes == {"x": 1}
+
+
+class WindowAttention(nn.Module):
+    """Causal self-attention over the last ``w`` steps, written with shifted copies of the
+    keys and values (linear in the stream length), the form that streams."""
+
+    def __init__(self, d=8, w=4):
+        super().__init__()
+        self.qkv, self.out, self.w, self.d = nn.Linear(d, 3 * d), nn.Linear(d, d), w, d
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        s = x.shape[1]
+        ks = torch.stack([F.pad(k, (0, 0, j, 0))[:, :s] for j in range(self.w)], 2)
+        vs = torch.stack([F.pad(v, (0, 0, j, 0))[:, :s] for j in range(self.w)], 2)
+        valid = torch.stack([torch.arange(s) >= j for j in range(self.w)], 1)  # (S, W)
+        att = (q[:, :, None, :] * ks).sum(-1) / self.d ** 0.5
+        att = att.masked_fill(~valid, float("-inf")).softmax(-1)
+        return self.out((att[..., None] * vs).sum(2))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pulse", [4, 8])
+def test_bounded_window_attention_streams(tmp_path, pulse):
+    r = stream_export(WindowAttention(), torch.randn(1, 16, 8), tmp_path, pulse, axis=1)
+    assert r.delay == 0
+
+
+class FullAttention(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        scores = q @ k.transpose(1, 2)  # (B, S, S)
+        return scores.softmax(-1) @ v
+
+
+def test_attention_over_the_whole_stream_is_refused(tmp_path):
+    """tract 0.23.9 would pulse S x S scores as each chunk against itself (wrong values)."""
+    with pytest.raises(ConversionError) as e:
+        t2n.export(FullAttention(), (torch.randn(1, 16, 8),), str(tmp_path / "a.nnef"),
+                   input_names=["x"], dynamic_axes={"x": {1: "S"}}, streaming="S", pulse=4)
+    assert "spans the streaming axis S twice" in str(e.value)
+    assert e.value.where == line_of(FullAttention, "scores = q @ k")
 
 
 class Pooled(nn.Module):
