@@ -145,8 +145,8 @@ def refusals(g, spec: Streaming) -> None:
     axes before it ((C, S) -> C*S): each chunk is laid out channel-major, so concatenated
     chunks are not the whole stream's layout. It also pulses a scan that walks the stream
     backwards (a reverse-direction RNN) chunk by chunk, and a product of the stream with
-    itself (S x S attention scores) as a product of each chunk with itself. All three are
-    refused here."""
+    itself (S x S attention scores) as a product of each chunk with itself, and a slice
+    whose start counts from the end of the stream (``x[..., -8:]``). All are refused here."""
     for op in g.live_ops():
         square = next((o for o in op.outputs
                        if sum(spec.carries(d) for d in o.shape) >= 2), None)
@@ -159,6 +159,8 @@ def refusals(g, spec: Streaming) -> None:
         if op.kind == "reshape":
             x, y = op.args[0], op.outputs[0]
             reason = _reshape_reason(spec, x.shape, y.shape)
+        elif op.kind == "slice":
+            reason = _slice_reason(g, spec, op)
         elif op.kind == "tract_core_scan":
             reason = _scan_reason(g, spec, op.attrs.get("scan") or [])
         else:
@@ -183,6 +185,18 @@ def _reshape_reason(spec: Streaming, src, dst) -> str | None:
                 "would not be a contiguous block of the result (put the streaming axis "
                 "first among the merged axes, e.g. permute to (..., S, C) before the "
                 "reshape)")
+    return None
+
+
+def _slice_reason(g, spec: Streaming, op) -> str | None:
+    """A slice starting at a position counted from the end of the stream (``x[..., -8:]``)
+    needs the stream's end; tract 0.23.9 pulses it into wrong values."""
+    x = op.args[0]
+    for axis, begin in zip(op.attrs.get("axes", []), op.attrs.get("begin", [])):
+        begin = getattr(begin, "expr", begin)
+        if g.streams(x, axis % x.rank) and spec.carries(begin):
+            return (f"it starts at {begin}, a position counted from the end of the stream "
+                    f"{spec.symbol}, which a stream does not know until it ends")
     return None
 
 

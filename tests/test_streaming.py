@@ -349,6 +349,20 @@ def test_reverse_direction_rnn_is_refused(tmp_path):
     assert e.value.where == line_of(BiGRU, "self.rnn(x)[0]")
 
 
+class LastFrames(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)[:, :, -8:] * 2  # the last 8 steps
+
+
+def test_slice_from_the_end_of_the_stream_is_refused(tmp_path):
+    """tract 0.23.9 pulses ``x[..., -8:]`` into wrong values: refused."""
+    with pytest.raises(ConversionError) as e:
+        t2n.export(LastFrames(), (torch.randn(1, 4, 16),), str(tmp_path / "l.nnef"),
+                   input_names=["x"], dynamic_axes={"x": {2: "S"}}, streaming="S", pulse=4)
+    assert e.value.op == "aten::slice" and "end of the stream" in str(e.value)
+    assert e.value.where == line_of(LastFrames, "[:, :, -8:]")
+
+
 def test_group_norm_over_the_stream_is_refused(tmp_path):
     class GN(nn.Module):
         def __init__(self):
