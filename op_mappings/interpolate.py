@@ -71,7 +71,14 @@ def resample(g, x, mode, out_sizes, scale_factors, align_corners):
         in_n = y.shape[axis]
         out_n = out_sizes[k]
         if not isinstance(in_n, int) or not isinstance(out_n, int):
-            raise g.error("interpolation over a dynamic spatial axis is not supported")
+            sf = scale_factors[k] if scale_factors else None
+            r = int(sf) if mode in ("nearest", "nearest-exact") and sf is not None \
+                and float(sf) == int(sf) and sf >= 1 else None
+            if r is None:
+                raise g.error("interpolation over a dynamic spatial axis is supported for "
+                              "nearest upsampling by a whole scale_factor only")
+            y = g.repeat_each(y, axis, r)  # nearest by r: each input r times
+            continue
         sf = scale_factors[k] if scale_factors else None
         taps = _taps(mode, in_n, out_n, sf, align_corners)
         acc = None

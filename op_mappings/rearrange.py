@@ -151,6 +151,8 @@ def repeat_interleave(g, self, repeats=None, dim=None, output_size=None):
         x = g.reshape(x, [_numel(g, x)])
         dim = 0
     axis = dim % x.rank
+    if isinstance(repeats, int) and not isinstance(x.shape[axis], int):
+        return g.repeat_each(x, axis, repeats)  # one count on a dynamic axis
     n = _static(g, x.shape[axis], "repeat_interleave")
     if hasattr(repeats, "rank"):
         if not repeats.is_const:

@@ -531,6 +531,20 @@ class Graph:
         return self.op("slice", t, axes=[axis], begin=[begin], end=[end], stride=[stride],
                        out_shape=shape)
 
+    def repeat_each(self, t: Tensor, axis: int, r: int) -> Tensor:
+        """Every element ``r`` times in a row along ``axis`` (``repeat_interleave(r)``,
+        nearest upsampling by ``r``): unsqueeze, broadcast, reshape. Size-generic, so it
+        serves dynamic axes, and tract pulses it on a streaming axis."""
+        if r == 1:
+            return t
+        u = self.unsqueeze(t, [axis + 1])
+        shape = list(u.shape)
+        shape[axis + 1] = r
+        b = self.broadcast_to(u, shape)
+        out = list(t.shape)
+        out[axis] = t.shape[axis] * r
+        return self.reshape(b, out)
+
     def concat(self, ts: list[Tensor], axis: int) -> Tensor:
         if len(ts) == 1:
             return ts[0]

@@ -288,6 +288,73 @@ def _child(request: dict, workdir: str, timeout: float) -> dict:
                      f"{tail or '(no message)'}", crashed=True)
 
 
+def _upsamplers(g, spec: Streaming) -> list:
+    """Ops that make several stream steps of each input step: a reshape (S, r) -> r*S
+    (nearest upsampling, repeat_interleave) or a transposed convolution strided on the
+    stream. tract 0.23.9 pulses them with the right values but does not scale the delay
+    they receive, so ``pulse.delay`` is wrong when their input is delayed."""
+    import sympy
+
+    ups = []
+    for op in g.live_ops():
+        x = op.args[0] if op.args else None
+        if op.kind == "reshape":
+            s_in = [d for d in x.shape if spec.carries(d)]
+            s_out = [d for d in op.outputs[0].shape if spec.carries(d)]
+            if len(s_in) == 1 and len(s_out) == 1:
+                ratio = sympy.simplify(sympy.sympify(s_out[0]) / sympy.sympify(s_in[0]))
+                if ratio.is_Integer and ratio > 1:
+                    ups.append(op)
+        elif op.kind == "deconv":
+            strides = op.attrs.get("stride") or []
+            if any(st > 1 and g.streams(x, 2 + i) for i, st in enumerate(strides)):
+                ups.append(op)
+    return ups
+
+
+def _refuse_delayed_upsampling(path: str, g, spec: Streaming, pulse: int, workdir: str,
+                               timeout: float) -> None:
+    """Pulse a probe archive whose outputs are the inputs of the upsampling ops: one that
+    receives a delayed stream is refused (tract would report a wrong delay)."""
+    from .writer import write
+
+    producer = {id(o): op for op in g.live_ops() for o in op.outputs}
+    ups, sources = [], []
+    for op in _upsamplers(g, spec):
+        x = op.args[0]
+        # (S, r) -> r*S reshapes come after unsqueeze + broadcast, where tract already
+        # drops the delay: probe the stream before them
+        while id(x) in producer and producer[id(x)].kind in ("unsqueeze",
+                                                             "tract_core_broadcast"):
+            x = producer[id(x)].args[0]
+        if all(x is not t for t in g.inputs):
+            ups.append(op)
+            sources.append(x)
+    if not ups:
+        return
+    names = {id(o): o.name for op in g.ops for o in op.outputs}
+    saved = g.outputs, g.output_names
+    probe = os.path.join(workdir, "probe.nnef")
+    try:
+        g.outputs = sources
+        g.output_names = [f"t2n_stream_probe_{i}" for i in range(len(ups))]
+        write(g, probe)
+    finally:
+        g.outputs, g.output_names = saved
+        for op in g.ops:
+            for o in op.outputs:
+                o.name = names[id(o)]
+    res = _child({"archive": probe, "symbol": spec.symbol, "pulse": pulse, "inputs": None,
+                  "stream_axes": None}, workdir, timeout)
+    for op, delay in zip(ups, res.get("delays", [])):
+        if delay > 0:
+            _remove(path)
+            raise _refusal(op, f"it upsamples the stream after a delay of {delay} step(s) "
+                           "(a padded or valid convolution before it looks ahead): tract "
+                           "0.23.9 streams it with a wrong delay; upsample before the "
+                           "look-ahead, or use a causal (left-padded) convolution before it")
+
+
 def pulse_and_check(path: str, g, spec: Streaming, *, model=None, args=None,
                     axes: list[int], out_names: list[str], check: bool,
                     rtol: float, atol: float, timeout: float = 600) -> StreamReport:
@@ -320,6 +387,8 @@ def pulse_and_check(path: str, g, spec: Streaming, *, model=None, args=None,
                     pulse = nxt
                     continue
             break
+        if "error" not in res:
+            _refuse_delayed_upsampling(path, g, spec, pulse, d, timeout)
         if "error" in res:
             if res["stage"] == "run":
                 raise TractError(f"tract could not run the pulsed archive {path}: "

@@ -214,6 +214,46 @@ def test_attention_over_the_whole_stream_is_refused(tmp_path):
     assert e.value.where == line_of(FullAttention, "scores = q @ k")
 
 
+class Upsampler(nn.Module):
+    """A decoder-style upsampler: nearest x2 in time, a causal conv, repeat_interleave x2,
+    a transposed convolution (stride 2), then a centred conv (the look-ahead last)."""
+
+    def __init__(self):
+        super().__init__()
+        self.causal = nn.Conv1d(4, 4, 3)
+        self.up = nn.ConvTranspose1d(4, 4, 2, stride=2)
+        self.conv = nn.Conv1d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        h = self.causal(F.pad(F.interpolate(x, scale_factor=2, mode="nearest"), (2, 0)))
+        h = self.up(torch.tanh(h).repeat_interleave(2, dim=2))
+        return self.conv(h)
+
+
+@pytest.mark.parametrize("pulse", [2, 4])
+def test_upsampling_over_the_stream(tmp_path, pulse):
+    r = stream_export(Upsampler(), torch.randn(1, 4, 12), tmp_path, pulse)
+    assert r.stream.output_pulses == {"output_0": 8 * pulse} and r.delay == 1
+
+
+class DelayedUpsampling(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 4, 3, padding=1)  # looks one step ahead
+
+    def forward(self, x):
+        return F.interpolate(self.conv(x), scale_factor=2, mode="nearest")
+
+
+def test_upsampling_a_delayed_stream_is_refused(tmp_path):
+    """tract 0.23.9 streams it with the right values but a delay off by the factor."""
+    with pytest.raises(ConversionError) as e:
+        t2n.export(DelayedUpsampling(), (torch.randn(1, 4, 12),), str(tmp_path / "u.nnef"),
+                   input_names=["x"], dynamic_axes={"x": {2: "S"}}, streaming="S", pulse=4)
+    assert e.value.op == "aten::upsample_nearest1d" and "after a delay of 1" in str(e.value)
+    assert e.value.where == line_of(DelayedUpsampling, "F.interpolate(")
+
+
 class Pooled(nn.Module):
     def forward(self, x):
         a = F.avg_pool1d(x, 3, stride=1, padding=1)
