@@ -254,8 +254,9 @@ def _convert(e: dict) -> dict:
         raise UsageError("no inputs: give inputs = [\"x:1x3x224x224:f32\", ...]")
     dyn = specs.dynamic_axes_from(e["dynamic"], names or [f"input_{i}"
                                                           for i in range(len(args))])
+    stream = {"streaming": e["stream"], "pulse": e.get("pulse")} if e.get("stream") else {}
     r = export(module, args, e["out"], input_names=names, output_names=e["output_names"],
-               dynamic_axes=dyn, check=True, rtol=e["rtol"], atol=e["atol"])
+               dynamic_axes=dyn, check=True, rtol=e["rtol"], atol=e["atol"], **stream)
     return {"status": "pass", "message": "", "export": result_dict(r)}
 
 

@@ -11,6 +11,8 @@
                                              # or "inputs.npz" (loaded with allow_pickle=False);
                                              # omit when the callable returns example args
     dynamic = ["x:0=B"]                      # optional dynamic axes
+    stream = "S"                             # optional: a streaming export over a dynamic
+    pulse = 8                                # symbol, checked chunk by chunk (pulse optional)
     rtol = 1e-4                              # optional; also atol, seed, int_range = "0:10",
                                              # output_names = [...], timeout (seconds)
 
@@ -34,7 +36,7 @@ else:  # pragma: no cover - python 3.10
 
 _TOP_KEYS = {"model", "pythonpath"}
 _MODEL_KEYS = {"name", "model", "inputs", "dynamic", "rtol", "atol", "seed", "int_range",
-               "output_names", "timeout", "trust_pickle"}
+               "output_names", "timeout", "trust_pickle", "stream", "pulse"}
 
 
 @dataclass
@@ -51,6 +53,8 @@ class ModelEntry:
     timeout: float = 900.0
     trust_pickle: bool = False
     pythonpath: list[str] = field(default_factory=list)
+    stream: str | None = None  # streaming symbol (t2n.streaming), checked pulse by pulse
+    pulse: int | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -151,6 +155,16 @@ def _entry(m: dict, i: int, base: str, pythonpath: list[str], path: str) -> Mode
     trust = m.get("trust_pickle", False)
     if not isinstance(trust, bool):
         raise UsageError(f"{where}: trust_pickle must be true or false")
+    stream, pulse = m.get("stream"), m.get("pulse")
+    if stream is not None:
+        symbols = {specs.parse_dynamic(d)[2] for d in dynamic}
+        if not isinstance(stream, str) or stream not in symbols:
+            raise UsageError(f"{where}: stream must name one of the dynamic symbols "
+                             f"({', '.join(sorted(symbols)) or 'none given'})")
+    if pulse is not None and (stream is None or isinstance(pulse, bool)
+                              or not isinstance(pulse, int) or pulse < 1):
+        raise UsageError(f"{where}: pulse must be a positive integer, with stream set")
     return ModelEntry(name=m["name"], model=model, inputs=inputs, dynamic=dynamic,
                       seed=seed, int_range=int_range, output_names=out_names,
-                      trust_pickle=trust, pythonpath=pythonpath, **nums)
+                      trust_pickle=trust, pythonpath=pythonpath, stream=stream, pulse=pulse,
+                      **nums)

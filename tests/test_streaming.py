@@ -436,3 +436,29 @@ def test_usage_errors(tmp_path, kw, text):
     with pytest.raises(UsageError, match=text):
         t2n.export(CentredConv(), (torch.randn(1, 4, 16),), str(tmp_path / "u.nnef"),
                    input_names=["x"], dynamic_axes={"x": {2: "S"}}, **kw)
+
+
+def test_check_manifest_streaming_entry(tmp_path):
+    """``t2n check``: an entry with ``stream``/``pulse`` is checked chunk by chunk; a stream
+    key naming no dynamic symbol is a manifest error."""
+    import json
+
+    from click.testing import CliRunner
+
+    from t2n.cli import cli
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    good = tmp_path / "models.toml"
+    good.write_text(f'pythonpath = ["{root}"]\n[[model]]\nname = "kws"\n'
+                    'model = "fixtures.kws:make_kws"\ninputs = ["x:1x1x16x24:f32"]\n'
+                    'dynamic = ["x:3=S"]\nstream = "S"\npulse = 4\n')
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(cli, ["check", str(good), "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    stream = json.loads(out.read_text())["models"][0]["export"]["stream"]
+    assert stream["pulse"] == 4 and stream["delays"] == {"output_0": 2}
+    assert stream["checks"] and all(c["ok"] for c in stream["checks"])
+    bad = tmp_path / "bad.toml"
+    bad.write_text(good.read_text().replace('stream = "S"', 'stream = "T"'))
+    res = CliRunner().invoke(cli, ["check", str(bad)])
+    assert res.exit_code == 2 and "stream must name one of the dynamic symbols" in res.output
