@@ -342,3 +342,36 @@ def test_packed_data_read_is_refused(tmp_path):
     with pytest.raises(t2n.UnsupportedOperatorsError, match="packed sequence"):
         t2n.export(Bad(), (torch.randn(5, 2, 3), torch.tensor([5, 3])),
                    str(tmp_path / "x.nnef.tgz"))
+
+
+class RuntimeWeights(torch.nn.Module):
+    """Weights computed from an input (scaled at run time): gate reordering and direction
+    stacking then happen in the graph."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.rnn = _make(kind, input_size=3, hidden_size=4, bidirectional=True,
+                         batch_first=True, proj_size=2 if kind == "lstm" else 0) \
+            if kind == "lstm" else _make(kind, input_size=3, hidden_size=4,
+                                         bidirectional=True, batch_first=True)
+
+    def forward(self, x, scale):
+        params = [p * scale for p in self.rnn._flat_weights]
+        batch = x.shape[0]
+        if self.kind == "lstm":
+            hx = (torch.zeros(2, batch, 2), torch.zeros(2, batch, 4))
+            y, h, c = torch._VF.lstm(x, hx, params, True, 1, 0.0, False, True, True)
+            cell_h, cell_c = torch.lstm_cell(x[:, 0], (h[0] @ params[4], c[0]), params[0],
+                                             params[1] @ params[4], params[2], params[3])
+            return y, h, c, cell_h, cell_c
+        fn = torch._VF.gru if self.kind == "gru" else torch._VF.rnn_tanh
+        y, h = fn(x, torch.zeros(2, batch, 4), params, True, 1, 0.0, False, True, True)
+        cell = torch.gru_cell if self.kind == "gru" else torch.rnn_tanh_cell
+        return y, h, cell(x[:, 0], h[0], params[0], params[1], params[2], params[3])
+
+
+def test_runtime_weights():
+    cases = {k: (RuntimeWeights(k), (torch.randn(2, 5, 3), torch.tensor(0.7)))
+             for k in ("lstm", "gru", "rnn")}
+    check_bundle(cases)
