@@ -322,7 +322,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
             reference = rounded_copy(caller, g)
         result.stream = _stream.pulse_and_check(
             f, g, g.streaming, model=reference, args=args, axes=built.stream_axes,
-            out_names=out_names, check=check, rtol=rtol, atol=atol)
+            out_names=out_names, check=check, rtol=rtol, atol=atol, run_torch=torch_outputs)
     if check and g.storage:  # compressed weights: compare on the same rounded weights
         from .weight_check import check_compressed, cost_lines
 

@@ -357,9 +357,11 @@ def _refuse_delayed_upsampling(path: str, g, spec: Streaming, pulse: int, workdi
 
 def pulse_and_check(path: str, g, spec: Streaming, *, model=None, args=None,
                     axes: list[int], out_names: list[str], check: bool,
-                    rtol: float, atol: float, timeout: float = 600) -> StreamReport:
+                    rtol: float, atol: float, run_torch=None,
+                    timeout: float = 600) -> StreamReport:
     """Pulse the written archive in tract (a child process), read the delays and, with
-    ``check``, run the example stream chunk by chunk and compare with PyTorch.
+    ``check``, run the example stream chunk by chunk and compare with PyTorch
+    (``run_torch(model, inputs)`` -> flat list of numpy outputs).
 
     A graph tract cannot pulse is refused (:class:`ConversionError` naming the aten op and
     line) and the archive removed: it is not the streaming archive asked for."""
@@ -412,15 +414,14 @@ def pulse_and_check(path: str, g, spec: Streaming, *, model=None, args=None,
         with np.load(os.path.join(d, "outputs.npz"), allow_pickle=False) as z:
             pulsed = [z[f"arr_{i}"] for i in range(len(z.files))]
     report.chunks, report.stream_length = res["chunks"], res["stream_length"]
-    report.checks = _compare_stream(model, args, axes, res["stream_length"], pulsed,
-                                    report, out_names, rtol, atol)
+    report.checks = _compare_stream(run_torch, model, args, axes, res["stream_length"],
+                                    pulsed, report, out_names, rtol, atol)
     return report
 
 
-def _compare_stream(model, args, axes, stream_length, pulsed, report, out_names, rtol, atol):
+def _compare_stream(run_torch, model, args, axes, stream_length, pulsed, report, out_names,
+                    rtol, atol):
     import torch
-
-    from .api import torch_outputs
 
     stream = []
     for a, ax in zip(args, axes):
@@ -430,7 +431,7 @@ def _compare_stream(model, args, axes, stream_length, pulsed, report, out_names,
         shape = list(a.shape)
         shape[ax] = stream_length - a.shape[ax]
         stream.append(torch.cat([a, torch.zeros(shape, dtype=a.dtype)], dim=ax))
-    expected = torch_outputs(model, tuple(stream))
+    expected = run_torch(model, tuple(stream))
     if len(expected) != len(pulsed):
         raise CheckFailedError(f"the pulsed model returned {len(pulsed)} outputs, "
                                f"PyTorch {len(expected)}")
