@@ -146,6 +146,29 @@ def test_forward_recurrent_layers_stream(tmp_path, cell, kw, pulse):
     assert r.delay == 1 and r.stream.output_axes == {"output_0": 1}
 
 
+class SeqFirst(nn.Module):
+    """Sequence-first recurrent stack (time on axis 0): an LSTM with projections, a GRU."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 5, proj_size=3)
+        self.gru = nn.GRU(3, 4)
+
+    def forward(self, x):
+        return self.gru(self.lstm(x)[0])[0]
+
+
+def test_sequence_first_recurrent_stack_with_dynamic_batch(tmp_path):
+    r = stream_export(SeqFirst(), torch.randn(16, 2, 4), tmp_path, 4, axis=0,
+                      extra_axes={1: "B"})
+    assert r.delay == 0 and r.stream.output_axes == {"output_0": 0}
+
+
+def test_streaming_with_f16_weights_checks_the_rounded_model(tmp_path):
+    r = stream_export(CentredConv(), torch.randn(1, 4, 16), tmp_path, 4, weights="f16")
+    assert r.delay == 2 and "weights_error" in r.extras
+
+
 class FrameLayout(nn.Module):
     """(B, T, C) frames: layer norm and MLP per frame, a causal depthwise conv over T."""
 
