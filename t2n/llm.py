@@ -91,6 +91,10 @@ class LLMExportResult:
                 lines.append(f"    (the {self.weights} weights' cost: the original float32 "
                              f"model generates {g['original_tokens']}, {same} of "
                              f"{len(self.tract_tokens)} tokens the same)")
+            if self.passed and any(w.startswith("tracer:") for w in self.export.warnings):
+                lines.append("    (the tracer warnings above are transformers comparing sizes in "
+                             "Python; this check ran the archive at P = 0, S > 1 and at S = 1, "
+                             "P > 0)")
             if g.get("decode_tokens_per_second"):
                 lines.append(f"    tract decode {g['decode_tokens_per_second']:.1f} tokens/s, "
                              f"prefill {g['prefill_seconds'] * 1000:.1f} ms, "

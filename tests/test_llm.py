@@ -244,3 +244,19 @@ def test_readme_loop_generates_like_transformers(tmp_path):
                        timeout=300, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads(p.stdout.strip().splitlines()[-1]) == llm.reference_tokens(model, prompt, 32)
+
+
+def test_module_callable_model(tmp_path, monkeypatch, capsys):
+    (tmp_path / "tiny_lm_for_t2n.py").write_text(
+        "import torch, transformers\n"
+        "def build():\n"
+        "    torch.manual_seed(0)\n"
+        "    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(\n"
+        f"        **{_COMMON!r}))\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = _cli("llm", "tiny_lm_for_t2n:build", "-o", "out.nnef.tgz", "--check",
+                "--max-length", 4, "--json")
+    assert code == 0
+    lm = json.loads(capsys.readouterr().out)["llm"]
+    assert lm["passed"] and [c["heads"] for c in lm["layers"]] == [2, 2]
