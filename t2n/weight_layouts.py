@@ -61,6 +61,14 @@ class Uses:
             for op, pos in self._consumers.get(id(m.tensor), []):
                 yield m, op, pos
 
+    def _scaled_after(self, conv) -> bool:
+        """Whether tract's conv declutter will multiply the filter by what follows: a
+        groups=1 convolution whose only consumer is a mul or div (batch norm in eval)."""
+        if int(conv.attrs.get("groups", 1)) != 1:
+            return False
+        after = self._consumers.get(id(conv.outputs[0]), [])
+        return len(after) == 1 and after[0][0].kind in ("mul", "div")
+
     def describe(self, v: Variable) -> str:
         kinds = sorted({"gather" if op.kind == "tract_core_gather" else op.kind
                         for _, op, _ in self._uses(v) if op is not None})
@@ -78,6 +86,9 @@ class Uses:
             neg, why = _block_axis(op, pos, m)
             if neg is None:
                 return None, why
+            if neg == CONV_ROWS and self._scaled_after(op):
+                return None, ("a per-channel scale follows it, which tract folds into the "
+                              "filter (not possible on Q4_0 blocks in tract 0.23)")
             axes.add(neg)
         if not n_uses:
             return None, "not used"

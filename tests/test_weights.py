@@ -201,10 +201,15 @@ class SmallCNN(torch.nn.Module):
         self.bn = torch.nn.BatchNorm2d(64)
         self.c1d = torch.nn.Conv1d(64, 32, 1)  # rows of 64
         self.fc = torch.nn.Linear(32, 10)
+        self.scaled = torch.nn.Conv2d(64, 64, 1, bias=False)  # batch norm after: kept
+        self.bn2 = torch.nn.BatchNorm2d(64)
+        with torch.no_grad():
+            self.bn2.running_var.uniform_(0.5, 2)
 
     def forward(self, x):
         x = torch.relu(self.body(torch.relu(self.stem(x))))
         x = self.bn(self.dw(self.grouped(x)))
+        x = self.bn2(self.scaled(x))
         x = self.c1d(x.flatten(2)).mean(-1)
         return self.fc(x)
 
@@ -217,3 +222,4 @@ def test_q4_0_convolution_filters(tmp_path):
     assert got == {"body.weight", "grouped.weight", "c1d.weight", "fc.weight"}
     kept = {k["label"]: k["reason"] for k in r.extras["weights"]["kept"]}
     assert "rows of 27" in kept["stem.weight"] and "rows of 9" in kept["dw.weight"]
+    assert "per-channel scale follows" in kept["scaled.weight"]
