@@ -28,9 +28,13 @@ _UNSIGNED_EXTRA = {
     getattr(torch, "uint64", None): ("u64", np.uint64, 1),
 }
 _TABLE.update({k: v for k, v in _UNSIGNED_EXTRA.items() if k is not None})
+# torch.ao quantized tensors are their integer representation in the graph (scale and zero
+# point travel beside them, op_mappings/quantized.py): plain u8/i8/i32 tensors for tract
+QUANTIZED = {torch.quint8: torch.uint8, torch.qint8: torch.int8, torch.qint32: torch.int32}
+_TABLE.update({q: _TABLE[r] for q, r in QUANTIZED.items()})
 
-_FROM_NUMPY = {np.dtype(v[1]): k for k, v in _TABLE.items()}
-_FROM_NAME = {v[0]: k for k, v in _TABLE.items()}
+_FROM_NUMPY = {np.dtype(v[1]): k for k, v in _TABLE.items() if k not in QUANTIZED}
+_FROM_NAME = {v[0]: k for k, v in _TABLE.items() if k not in QUANTIZED}
 _FROM_NAME.update({"float32": torch.float32, "float": torch.float32, "float16": torch.float16,
                    "half": torch.float16, "float64": torch.float64, "double": torch.float64,
                    "int64": torch.int64, "long": torch.int64, "int32": torch.int32,

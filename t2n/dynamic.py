@@ -195,7 +195,8 @@ class SymbolicShapes:
 
         from .errors import ConversionError
 
-        op = getattr(torch.ops.aten, schema.name.split("::", 1)[1])
+        ns, name = schema.name.split("::", 1)  # aten, or quantized (torch.ao kernels)
+        op = getattr(getattr(torch.ops, ns), name)
         op = getattr(op, schema.overload_name or "default")
         self._fresh()
         args, kwargs = [], {}

@@ -38,6 +38,27 @@ def own_shapes(fn: Callable) -> Callable:
     return fn
 
 
+# Mappings of aten ops for quantized tensor arguments (op_mappings/quantized.py): the walker
+# uses them instead of the float mapping when an argument has a quantized dtype.
+_QUANTIZED: dict[str, Callable] = {}
+
+
+def quantized_variant(*names: str):
+    """Register the mapping an aten op takes when one of its tensors is quantized."""
+
+    def register(fn: Callable) -> Callable:
+        for name in names:
+            _QUANTIZED[name] = fn
+        return fn
+
+    return register
+
+
+def lookup_quantized(name: str) -> Callable | None:
+    _load()
+    return _QUANTIZED.get(name) or (_QUANTIZED.get(name[:-1]) if is_inplace(name) else None)
+
+
 def _load() -> None:
     import op_mappings  # noqa: F401  (importing registers every family)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import registry
+from . import dtypes, registry
 from .builder import Graph, NodeContext, Tensor, Unavailable
 from .errors import ConversionError, UnsupportedOperatorsError
 
@@ -174,6 +174,8 @@ class Walker:
                 results = self._prim(node, name, inputs)
             elif ns == "aten":
                 results = self._aten(node, name, inputs, where)
+            elif ns == "quantized":  # torch.ao int8 kernels (op_mappings/quantized.py)
+                results = self._aten(node, kind, inputs, where)
             else:
                 raise ConversionError(kind, "operators outside aten are not supported")
         except ConversionError as e:
@@ -282,6 +284,8 @@ class Walker:
             return folded
 
         fn = registry.lookup(name)
+        if any(isinstance(x, Tensor) and x.dtype in dtypes.QUANTIZED for x in _flat(inputs)):
+            fn = registry.lookup_quantized(name) or fn
         if fn is None:
             raise _Unsupported("no mapping for this aten op")
         schema = self._schema(node)

@@ -1,0 +1,157 @@
+"""PyTorch-quantized models (torch.ao eager, FX, dynamic, QDQ) computed in int8 by tract:
+tract_core_qconv for convolutions and linear layers; outputs within one quantization step
+of PyTorch's quantized model."""
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.ao.quantization as tq
+from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+import t2n
+from t2n.errors import UnsupportedOperatorsError
+
+warnings.filterwarnings("ignore", message=".*torchao.*")
+warnings.filterwarnings("ignore", message=".*migrat.*")
+
+
+@pytest.fixture(params=["x86", "qnnpack"])
+def engine(request):
+    old = torch.backends.quantized.engine
+    torch.backends.quantized.engine = request.param
+    yield request.param
+    torch.backends.quantized.engine = old
+
+
+class EagerNet(torch.nn.Module):
+    """QuantStub, conv+relu, conv+bn, FloatFunctional add_relu, max/adaptive pools, linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.dq = tq.QuantStub(), tq.DeQuantStub()
+        self.c1, self.r1 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU()
+        self.c2, self.bn = torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+        self.c3 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1, groups=2)
+        self.add = torch.nn.quantized.FloatFunctional()
+        self.cat = torch.nn.quantized.FloatFunctional()
+        self.pool = torch.nn.AdaptiveAvgPool2d(1)
+        self.fc = torch.nn.Linear(24, 4)
+
+    def forward(self, x):
+        x = self.q(x)
+        y = self.r1(self.c1(x))
+        y = self.add.add_relu(y, self.bn(self.c2(y)))
+        z = self.c3(y)
+        y = torch.nn.functional.max_pool2d(y, 2)
+        y = self.cat.cat([y, z], 1)
+        return self.dq(self.fc(self.pool(y).flatten(1)))
+
+
+def _calibrated(prepared, shape, n=6):
+    with torch.no_grad():
+        for _ in range(n):
+            prepared(torch.randn(*shape))
+    return prepared
+
+
+def _eager_int8(engine, per_channel=True):
+    torch.manual_seed(0)
+    m = EagerNet().eval()
+    m.qconfig = tq.get_default_qconfig(engine) if per_channel else tq.QConfig(
+        activation=tq.HistogramObserver.with_args(reduce_range=engine == "x86"),
+        weight=tq.default_weight_observer)
+    tq.fuse_modules(m, [["c1", "r1"], ["c2", "bn"]], inplace=True)
+    return tq.convert(_calibrated(tq.prepare(m), (2, 3, 8, 8)))
+
+
+def _assert_int8(result):
+    ops = result.op_histogram
+    assert ops.get("tract_core_qconv", 0) >= 1, ops
+    assert "conv" not in ops and "matmul" not in ops, ops  # no float product left
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_eager_static_conv_net(tmp_path, engine, per_channel):
+    qm = _eager_int8(engine, per_channel)
+    x = torch.randn(2, 3, 8, 8)
+    r = t2n.export(qm, (x,), tmp_path / "q.nnef.tgz", check=True)
+    assert r.passed
+    assert r.op_histogram["tract_core_qconv"] == 4  # three convs and the linear layer
+    _assert_int8(r)
+    # saturating inputs too. x86 runs per-tensor convolutions through oneDNN, whose own
+    # requantization rounds differently in a few places: those LSB differences compound
+    # over the layers to about two steps of the output (per-channel goes through fbgemm,
+    # whose rounding t2n follows exactly)
+    loose = engine == "x86" and not per_channel
+    r2 = t2n.export(qm, (torch.randn(2, 3, 8, 8) * 3,), tmp_path / "q2.tgz", check=True,
+                    atol=3 * qm.fc.scale if loose else 1e-5)
+    assert r2.passed
+
+
+class FxNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(16)
+        self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1, groups=4)
+        self.c3 = torch.nn.Conv2d(16, 8, 1)
+        self.fc = torch.nn.Linear(24 * 4, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.c1(x)))
+        y = y + torch.nn.functional.hardswish(self.c2(y))
+        y = torch.cat([self.c3(y), y], 1)
+        y = torch.nn.functional.avg_pool2d(y, 4)
+        return self.fc(torch.nn.functional.adaptive_avg_pool2d(y, 2).flatten(1))
+
+
+def test_fx_static_net(tmp_path, engine):
+    torch.manual_seed(0)
+    ex = (torch.randn(2, 3, 16, 16),)
+    p = prepare_fx(FxNet().eval(), tq.get_default_qconfig_mapping(engine), ex)
+    q = convert_fx(_calibrated(p, (2, 3, 16, 16)))
+    r = t2n.export(q, ex, tmp_path / "fx.nnef", check=True)
+    assert r.passed
+    _assert_int8(r)
+
+
+def test_dynamic_linear(tmp_path, engine):
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                              torch.nn.Linear(64, 8)).eval()
+    dq = tq.quantize_dynamic(copy.deepcopy(mlp), {torch.nn.Linear}, dtype=torch.qint8)
+    x = torch.randn(3, 5, 32)
+    r = t2n.export(dq, (x,), tmp_path / "dyn.nnef", check=True, input_names=["x"],
+                   dynamic_axes={"x": {0: "B"}})
+    assert r.passed and r.op_histogram["tract_core_qconv"] == 2
+    from t2n.api import check_archive
+
+    other = torch.zeros(7, 5, 32)  # a zero input: PyTorch's scale 0.1 rule
+    other[0, 0, 0] = 4.0
+    assert all(c.ok for c in check_archive(str(tmp_path / "dyn.nnef"), dq, (other,),
+                                           ["output_0"]))
+
+
+def test_qdq_pattern_around_float_ops(tmp_path):
+    class QDQ(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            x = torch.dequantize(torch.quantize_per_tensor(x, 0.05, 128, torch.quint8))
+            y = torch.tanh(self.lin(x))
+            return torch.dequantize(torch.quantize_per_tensor(y, 1 / 127, 0, torch.qint8))
+
+    torch.manual_seed(0)
+    r = t2n.export(QDQ().eval(), (torch.randn(4, 16) * 4,), tmp_path / "qdq.tgz", check=True)
+    assert r.passed
+
+
+def test_unsupported_quantized_op_is_named(tmp_path):
+    torch.manual_seed(0)
+    lstm = tq.quantize_dynamic(torch.nn.LSTM(8, 8).eval(), {torch.nn.LSTM}, dtype=torch.qint8)
+    with pytest.raises(UnsupportedOperatorsError, match="lstm"):
+        t2n.export(lstm, (torch.randn(3, 1, 8),), tmp_path / "l.tgz")
