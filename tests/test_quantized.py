@@ -11,7 +11,6 @@ import torch.ao.quantization as tq
 from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
 import t2n
-from t2n.errors import UnsupportedOperatorsError
 
 warnings.filterwarnings("ignore", message=".*torchao.*")
 warnings.filterwarnings("ignore", message=".*migrat.*")
@@ -150,8 +149,11 @@ def test_qdq_pattern_around_float_ops(tmp_path):
     assert r.passed
 
 
-def test_unsupported_quantized_op_is_named(tmp_path):
+def test_dynamic_lstm_matches_pytorch(tmp_path, engine):
+    """quantize_dynamic(nn.LSTM) traces to aten::lstm over its dequantized weights: the
+    scan-based LSTM exports it, in float (not int8), and matches PyTorch's model."""
     torch.manual_seed(0)
-    lstm = tq.quantize_dynamic(torch.nn.LSTM(8, 8).eval(), {torch.nn.LSTM}, dtype=torch.qint8)
-    with pytest.raises(UnsupportedOperatorsError, match="lstm"):
-        t2n.export(lstm, (torch.randn(3, 1, 8),), tmp_path / "l.tgz")
+    lstm = tq.quantize_dynamic(torch.nn.LSTM(8, 16, num_layers=2).eval(), {torch.nn.LSTM},
+                               dtype=torch.qint8)
+    r = t2n.export(lstm, (torch.randn(5, 2, 8),), tmp_path / "l.tgz", check=True)
+    assert r.passed and r.op_histogram["tract_core_scan"] == 2
