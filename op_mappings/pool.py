@@ -20,6 +20,8 @@ max/min reductions follow PyTorch in both cases.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from t2n.registry import aten
@@ -164,6 +166,10 @@ def _avg_pool_streaming(g, x, lead, k, s, d, p, extra, out_shape, count_include_
     ``box`` over ones (padded with ones when the padding counts, zeros when it does not;
     the ceil region of static axes never counts)."""
     n = len(k)
+    c = x.shape[1] if x.rank == n + 2 else None
+    if isinstance(c, int) and not (count_include_pad and any(extra)):
+        return _avg_pool_as_conv(g, x, c, k, s, p, extra, out_shape, count_include_pad,
+                                 divisor_override)
     pads = [(0, 0)] * lead + [(p[i], p[i]) for i in range(n)]
     attrs = _attrs(lead, k, s, d, [(0, extra[i]) for i in range(n)])
     padded = [x.shape[lead + i] + 2 * p[i] for i in range(n)]
@@ -179,6 +185,28 @@ def _avg_pool_streaming(g, x, lead, k, s, d, p, extra, out_shape, count_include_
                  value=1.0 if count_include_pad else 0.0, out_shape=[1] * lead + padded)
     count = g.op("box", onesp, border="constant", normalize=False,
                  out_shape=[1] * lead + out_shape[lead:], **attrs)
+    return g.binary("div", total, count, x.dtype)
+
+
+def _avg_pool_as_conv(g, x, c, k, s, p, extra, out_shape, count_include_pad,
+                      divisor_override):
+    """The window sums as a depthwise convolution of ones (tract pulses a convolution's
+    padding with the least delay: half the window, not the whole), divided by the window
+    size, or by the same convolution over ones where padding does not count."""
+    n = len(k)
+    pads = [(p[i], p[i] + extra[i]) for i in range(n)]
+    conv = dict(border="constant", padding=pads, stride=s, dilation=[1] * n)
+    w = g.const(torch.ones([c, 1] + list(k), dtype=x.dtype))
+    total = g.op("conv", x, w, g.scalar(0.0, x.dtype), groups=c, out_shape=out_shape, **conv)
+    if divisor_override is not None:
+        if divisor_override == 0:
+            raise g.error("divisor_override: must not be zero")
+        return g.binary("div", total, float(divisor_override), x.dtype)
+    if count_include_pad:
+        return g.binary("div", total, float(math.prod(k)), x.dtype)
+    ones = g.broadcast_to(g.scalar(1.0, x.dtype), [1, 1] + list(x.shape[2:]))
+    count = g.op("conv", ones, g.const(torch.ones([1, 1] + list(k), dtype=x.dtype)),
+                 g.scalar(0.0, x.dtype), groups=1, out_shape=[1, 1] + out_shape[2:], **conv)
     return g.binary("div", total, count, x.dtype)
 
 

@@ -7,7 +7,7 @@ symbolic); what streaming changes is:
 * **lowerings**: the walk's graph carries a :class:`Streaming` (``Graph.streaming``) that
   lowerings consult through ``Graph.streams(t, axis)`` to pick forms tract can pulse (a
   strided slice on the streaming axis stays a slice, not a gather of indices; average
-  pooling pads the stream explicitly);
+  pooling padded on the stream is a depthwise convolution of ones);
 * **refusals at export**: :func:`refusals` rejects what tract would pulse into wrong values
   (a reshape that merges the streaming axis with an axis before it, a recurrent layer
   reading the stream backwards, a tensor spanning the stream twice such as S x S
