@@ -119,6 +119,18 @@ def _transformers():
     return transformers
 
 
+def _import_hint(e: BaseException) -> str:
+    """transformers imports its optional dependencies lazily; name the one that broke."""
+    seen = 0
+    while e is not None and seen < 10:
+        if "torchvision::" in str(e):
+            return ("\n  transformers could not import torchvision: its compiled operators do "
+                    "not load with the installed torch (install the torchvision build that "
+                    "matches torch, or uninstall torchvision)")
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return ""
+
+
 def load_causal_lm(ref):
     """The model behind ``MODEL``: a directory written by ``save_pretrained`` (loaded from
     the local files only, in float32) or ``package.module:callable`` returning a model."""
@@ -140,7 +152,8 @@ def load_causal_lm(ref):
         except Exception as e:
             text = str(e).strip().splitlines()
             raise ModelLoadError(f"transformers could not load a causal LM from {ref}: "
-                                 f"{type(e).__name__}: {text[0] if text else ''}") from None
+                                 f"{type(e).__name__}: {text[0] if text else ''}"
+                                 + _import_hint(e)) from None
         finally:
             transformers.logging.set_verbosity(verbosity)
             if bars:
