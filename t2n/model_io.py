@@ -187,10 +187,11 @@ def _walk_layers(cache, prefix: str, add, where: str) -> None:
                     continue  # a layer that never received a state
                 add(f"{prefix}_{short}_{i}", value)
             elif isinstance(value, (list, tuple, dict)):
-                items = value.items() if isinstance(value, dict) else enumerate(value)
+                items = list(value.items() if isinstance(value, dict) else enumerate(value))
                 for j, t in items:
-                    if isinstance(t, torch.Tensor):
-                        add(f"{prefix}_{short}_{i}_{j}", t)
+                    if isinstance(t, torch.Tensor):  # one state: no index of its own
+                        add(f"{prefix}_{short}_{i}" if len(items) == 1
+                            else f"{prefix}_{short}_{i}_{j}", t)
             elif value is not None:
                 raise UsageError(f"the model's output {where} holds a {type(layer).__name__} "
                                  f"whose {attr} is a {type(value).__name__}, not a tensor")

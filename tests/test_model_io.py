@@ -107,6 +107,16 @@ def test_flatten_caches_by_structure():
     # legacy tuple-of-pairs caches under past_key_values
     names, _ = model_io.flatten({"past_key_values": ((t[0], t[1]), (t[2], t[3]))})
     assert names == ["present_key_0", "present_value_0", "present_key_1", "present_value_1"]
+    # recurrent-state layers (Mamba, linear attention): one state per layer, or several
+    class StateLayer:
+        def __init__(self, conv, rec):
+            self.conv_states, self.recurrent_states = conv, rec
+
+    names, _ = model_io.flatten({"cache_params": DynamicCache([
+        StateLayer([t[0]], [t[1]]), StateLayer({0: t[2], 1: t[3]}, [t[4]])])})
+    assert names == ["present_conv_state_0", "present_recurrent_state_0",
+                     "present_conv_state_1_0", "present_conv_state_1_1",
+                     "present_recurrent_state_1"]
     with pytest.raises(t2n.UsageError, match=r"output \['n'\] is a int"):
         model_io.flatten({"y": t[0], "n": 3})
 
