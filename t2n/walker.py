@@ -355,7 +355,8 @@ class Walker:
     def _fold(self, node, name: str, inputs: list) -> list:
         schema = self._schema(node)
         args, kwargs = [], {}
-        for arg, value in zip(schema.arguments, inputs):
+        for arg, value, ts_value in zip(schema.arguments, inputs, node.inputs()):
+            value = _number_as_tensor(arg.type, value, ts_value)
             if isinstance(value, torch.Tensor) and registry.is_inplace(name):
                 value = value.clone()  # never mutate the user's model
             if arg.kwarg_only:
@@ -628,6 +629,29 @@ def _symbolic_shapes(ts_inputs, inputs):
     from .dynamic import SymbolicShapes
 
     return SymbolicShapes(hints)
+
+
+def _number_as_tensor(arg_type, value, ts_value):
+    """A Python number where the schema wants a Tensor, as the tensor the trace had there.
+
+    The walker keeps ``prim::NumToTensor`` results (sizes read in Python, e.g. Swin's
+    ``(-shift) % size``) as plain numbers so that shape arithmetic stays symbolic; when such
+    a number reaches a tensor argument of a folded op, torch needs the tensor back, with the
+    dtype the trace recorded (scalar_to_tensor's: int64, float64 or bool, if unrecorded)."""
+    kind = arg_type.kind()
+    if kind == "OptionalType":
+        arg_type = arg_type.getElementType()
+        kind = arg_type.kind()
+    if kind == "ListType" and arg_type.getElementType().kind() == "TensorType" \
+            and isinstance(value, (list, tuple)):
+        return [_number_as_tensor(arg_type.getElementType(), v, None) for v in value]
+    if kind != "TensorType" or not isinstance(value, (bool, int, float)):
+        return value
+    dtype = _ts_dtype(ts_value) if ts_value is not None else None
+    if dtype is None:
+        dtype = torch.bool if isinstance(value, bool) else \
+            torch.int64 if isinstance(value, int) else torch.float64
+    return torch.tensor(value, dtype=dtype)
 
 
 def _is_number(x) -> bool:

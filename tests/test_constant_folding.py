@@ -1,0 +1,56 @@
+"""Constant folding in the walker: aten ops whose inputs are all known run in torch at export
+time. Sizes read in Python reach the trace as ``prim::NumToTensor`` and the walker keeps them
+as numbers; a folded op whose schema wants a Tensor there gets the tensor back (Swin's
+``W % window`` padding, ``torch.as_tensor(size).detach()``)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from t2n.testing import FunctionModule, assert_exports
+
+pytestmark = pytest.mark.filterwarnings("ignore:data-dependent control flow")
+
+
+def window_pad(x):  # torchvision's shifted_window_attention: pad to a multiple of the window
+    w = x.shape[-1]
+    pad = (4 - w % 4) % 4
+    return F.pad(x, (0, pad))
+
+
+def detached_size(x):
+    n = torch.as_tensor(x.shape[0]).detach()
+    return x * n
+
+
+def float_size_math(x):  # a size in float arithmetic (NumToTensor -> div -> float ops)
+    scale = torch.sqrt(torch.as_tensor(x.shape[-1], dtype=torch.float32)) / 3
+    return x * scale.detach()
+
+
+def size_stack(x):  # several sizes into one tensor (aten::stack of NumToTensor values)
+    sizes = torch.stack([torch.as_tensor(x.shape[1]), torch.as_tensor(x.shape[2])])
+    return x + sizes.float().sum().remainder(5)
+
+
+@pytest.mark.parametrize("fn", [window_pad, detached_size, float_size_math, size_stack],
+                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("width", [6, 8])
+def test_size_numbers_fold_where_tensors_are_expected(fn, width):
+    assert_exports(FunctionModule(fn), (torch.randn(2, 3, width),))
+
+
+@pytest.mark.parametrize("fn,axis", [(window_pad, 0), (detached_size, 0),
+                                     (float_size_math, 2), (size_stack, 0)],
+                         ids=["window_pad", "detached_size", "float_size_math", "size_stack"])
+def test_same_models_with_a_dynamic_axis(fn, axis):
+    """A dynamic axis elsewhere keeps the folding; a size of the dynamic axis itself is
+    computed in the graph instead (float_size_math on the last axis)."""
+    shape = [2, 3, 6]
+    others = []
+    for n in (5, 7):
+        s = list(shape)
+        s[axis] = n
+        others.append((torch.randn(*s),))
+    assert_exports(FunctionModule(fn), (torch.randn(*shape),), input_names=["x"],
+                   dynamic_axes={"x": {axis: "N"}}, more_args=others)
