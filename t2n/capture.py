@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .autograd_inline import inline_autograd_functions
 from .errors import ModelLoadError, T2NError, TraceError
 
 
@@ -100,7 +101,8 @@ def capture(model, args, binding=None) -> Captured:
     try:
         if isinstance(model, torch.nn.Module) and not isinstance(model, torch.jit.ScriptModule):
             model.train(False)
-        with torch.no_grad(), _quiet_trace(collected), _mha_fastpath_off():
+        with torch.no_grad(), _quiet_trace(collected), _mha_fastpath_off(), \
+                inline_autograd_functions():
             try:
                 if isinstance(model, torch.jit.ScriptModule) and not binding.keywords:
                     # tracing a ScriptModule is a no-op: this checks the inputs (and names

@@ -228,7 +228,11 @@ class Walker:
                 return [(sympy.Min if name == "min" else sympy.Max)(*xs)]
             return [min(xs) if name == "min" else max(xs)]
         if name == "PythonOp":
-            raise _Unsupported("custom Python autograd functions cannot be traced into aten ops")
+            # t2n's own capture inlines Functions (autograd_inline); this one was traced
+            # before, into a ScriptModule the user passed
+            raise _Unsupported(f"custom autograd Function {node.pyname()} in an already "
+                               "traced graph: export the nn.Module itself, so that t2n "
+                               "traces the Function's forward into aten ops")
         raise _Unsupported("TorchScript construct not supported by the walker")
 
     path_prefix = ""  # module path of the user's model inside root (t2n's call adapter)
