@@ -205,6 +205,8 @@ class Walker:
             return [list(inputs)]
         if name == "TupleConstruct":
             return [tuple(inputs)]
+        if name == "DictConstruct":  # {"out": ..., "aux": ...} (torchvision segmentation)
+            return [dict(zip(inputs[0::2], inputs[1::2]))]
         if name in ("ListUnpack", "TupleUnpack"):
             if node.inputsAt(0) in self.list_views:  # a, b = y.split(2): views of y
                 src, chain = self.list_views[node.inputsAt(0)]

@@ -118,3 +118,18 @@ def test_assert_exports_fails_with_per_output_figures(mlp, monkeypatch, tmp_path
 def test_assert_exports_lets_t2n_errors_through():
     with pytest.raises(t2n.UnsupportedOperatorsError):
         assert_exports(cli_models.make_two_unsupported(), torch.randn(2, 8))
+
+
+class _DictHead(torch.nn.Module):  # torchvision's segmentation models return {"out", "aux"}
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return {"out": y.relu(), "aux": y.mean((2, 3))}
+
+
+def test_dict_outputs_are_flattened_in_order():
+    result = assert_exports(_DictHead(), (torch.randn(1, 3, 8, 8),))
+    assert [o.shape for o in result.outputs] == [[1, 4, 8, 8], [1, 4]]
