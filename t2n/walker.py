@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from . import dtypes, registry
+from .folding import FoldedStorage, number_as_tensor
 from .builder import Graph, NodeContext, Tensor, Unavailable
 from .errors import ConversionError, UnsupportedOperatorsError
 
@@ -97,6 +98,7 @@ class Walker:
         self.problems: dict[str, list] = {}
         self._schemas: dict[str, object] = {}
         self._const_handles: dict[int, Tensor] = {}
+        self.folded = FoldedStorage()
 
     # ------------------------------------------------------------------ entry point
     def run(self, ts_graph, inputs: list[Tensor]) -> list:
@@ -361,10 +363,16 @@ class Walker:
     def _fold(self, node, name: str, inputs: list) -> list:
         schema = self._schema(node)
         args, kwargs = [], {}
-        for arg, value, ts_value in zip(schema.arguments, inputs, node.inputs()):
-            value = _number_as_tensor(arg.type, value, ts_value)
-            if isinstance(value, torch.Tensor) and registry.is_inplace(name):
-                value = value.clone()  # never mutate the user's model
+        inplace = registry.is_inplace(name)
+        for k, (arg, value, ts_value) in enumerate(zip(schema.arguments, inputs,
+                                                       node.inputs())):
+            value = number_as_tensor(arg.type, value, ts_value)
+            if isinstance(value, torch.Tensor) and inplace:
+                if k == 0 and self.folded.writable(value):
+                    # written in place, as in eager: views of it and its base see the write
+                    self.folded.before_write(self.g, value, self._const_handles)
+                else:
+                    value = value.clone()  # never mutate the user's model
             if arg.kwarg_only:
                 kwargs[arg.name] = value
             else:
@@ -379,6 +387,7 @@ class Walker:
                                      if isinstance(x, torch.Tensor) and id(x) in self.labels])
         results = list(result) if isinstance(result, (tuple, list)) and \
             len(list(node.outputs())) > 1 else [result]
+        self.folded.note(args, results)
         for r in results:
             if isinstance(r, torch.Tensor) and label is not None and id(r) not in self.labels:
                 self.labels[id(r)] = label
@@ -635,29 +644,6 @@ def _symbolic_shapes(ts_inputs, inputs):
     from .dynamic import SymbolicShapes
 
     return SymbolicShapes(hints)
-
-
-def _number_as_tensor(arg_type, value, ts_value):
-    """A Python number where the schema wants a Tensor, as the tensor the trace had there.
-
-    The walker keeps ``prim::NumToTensor`` results (sizes read in Python, e.g. Swin's
-    ``(-shift) % size``) as plain numbers so that shape arithmetic stays symbolic; when such
-    a number reaches a tensor argument of a folded op, torch needs the tensor back, with the
-    dtype the trace recorded (scalar_to_tensor's: int64, float64 or bool, if unrecorded)."""
-    kind = arg_type.kind()
-    if kind == "OptionalType":
-        arg_type = arg_type.getElementType()
-        kind = arg_type.kind()
-    if kind == "ListType" and arg_type.getElementType().kind() == "TensorType" \
-            and isinstance(value, (list, tuple)):
-        return [_number_as_tensor(arg_type.getElementType(), v, None) for v in value]
-    if kind != "TensorType" or not isinstance(value, (bool, int, float)):
-        return value
-    dtype = _ts_dtype(ts_value) if ts_value is not None else None
-    if dtype is None:
-        dtype = torch.bool if isinstance(value, bool) else \
-            torch.int64 if isinstance(value, int) else torch.float64
-    return torch.tensor(value, dtype=dtype)
 
 
 def _is_number(x) -> bool:

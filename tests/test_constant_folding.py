@@ -54,3 +54,48 @@ def test_same_models_with_a_dynamic_axis(fn, axis):
         others.append((torch.randn(*s),))
     assert_exports(FunctionModule(fn), (torch.randn(*shape),), input_names=["x"],
                    dynamic_axes={"x": {axis: "N"}}, more_args=others)
+
+
+class CloneThenZeroSlice(torch.nn.Module):
+    """torchvision's Swin v2 attention: the k third of the qkv bias is zeroed on a clone."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(6, 18)
+        torch.nn.init.normal_(self.qkv.bias)
+
+    def forward(self, x):
+        bias = self.qkv.bias.clone()
+        n = bias.numel() // 3
+        bias[n:2 * n].zero_()
+        return F.linear(x, self.qkv.weight, bias)
+
+
+class UseWriteUse(torch.nn.Module):
+    """A folded tensor used, then written through a view, then used again: each use sees
+    the values of its moment, and the model's own buffer is never written."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.arange(12.0).reshape(3, 4))
+
+    def forward(self, x):
+        t = self.table * 2
+        before = x + t
+        t[1].mul_(-1)
+        t[:, 0] = 7.0
+        self.table[0].add_(0)  # an in-place op on the buffer itself, value unchanged
+        return before, x * t, self.table.sum() + x
+
+
+def test_in_place_write_into_a_folded_clone_reaches_its_base():
+    m = CloneThenZeroSlice()
+    saved = m.qkv.bias.detach().clone()
+    assert_exports(m, (torch.randn(2, 6),))
+    assert torch.equal(m.qkv.bias.detach(), saved)
+
+
+def test_folded_uses_before_and_after_a_write_keep_their_values():
+    m = UseWriteUse()
+    assert_exports(m, (torch.randn(3, 4),))
+    assert torch.equal(m.table, torch.arange(12.0).reshape(3, 4))
