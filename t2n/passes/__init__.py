@@ -36,7 +36,9 @@ from typing import Any, Callable
 # The passes, in the order they run: module names in this package.
 PIPELINE: tuple[str, ...] = (
     "compact",  # pruned-channel compaction (compact=True; reports pruned layers anyway)
-    "weights",  # weight storage format (weights="f16"/"q4_0"); last: decides on the final graph
+    "weights",  # weight storage format (weights="f16"/"q4_0"); decides on the final graph
+    "broadcast_axes",  # products: size-1 broadcast axes get labels of their own (tract loads
+    #                    it); rewrites op forms only, never variables, so it may follow weights
 )
 
 
