@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from op_mappings.math_unary import log1p_of, select
+from op_mappings.helpers.elementwise import log1p_of, select
 from t2n.registry import aten
 
 

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from t2n import dtypes
+from op_mappings.helpers.matrix import einsum_op
 from t2n.registry import aten
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -24,14 +24,6 @@ def _check_einsum_dtype(g, what: str, *xs):
         if x.dtype not in _EINSUM_DTYPES:
             raise g.error(f"{what}: {x.dtype} operands are not supported (tract aborts on "
                           "i64 products; only f16, f32, f64 and i32 are computed)")
-
-
-def einsum_op(g, expr: str, operands, out_shape, dtype=None):
-    """One ``tract_core_einsum`` (no ellipsis in ``expr``) accumulating in ``dtype``."""
-    dtype = dtype or operands[0].dtype
-    operands = [g.cast(x, dtype) for x in operands]
-    return g.op("tract_core_einsum", list(operands), expr=expr, acc=dtypes.tract_name(dtype),
-                output="", out_dtype=dtype, out_shape=list(out_shape))
 
 
 # ---------------------------------------------------------------------------- einsum

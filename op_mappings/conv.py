@@ -20,14 +20,8 @@ Padding modes other than zeros (``padding_mode='reflect'`` ...) reach t2n as a s
 
 from __future__ import annotations
 
+from op_mappings.helpers.windows import as_list
 from t2n.registry import aten
-
-
-def _tuple(v, n: int) -> list[int]:
-    if isinstance(v, int):
-        return [v] * n
-    v = list(v)
-    return v * n if len(v) == 1 else v
 
 
 def _check_float(g, input, weight):
@@ -73,7 +67,7 @@ def _prologue(g, input, weight):
 def conv_nd(g, input, weight, bias, stride, pads, dilation, groups):
     """Forward convolution with explicit ``pads = [(before, after), ...]``."""
     x, added, n = _prologue(g, input, weight)
-    stride, dilation = _tuple(stride, n), _tuple(dilation, n)
+    stride, dilation = as_list(stride, n), as_list(dilation, n)
     kernel = list(weight.shape[2:])
     c_out = weight.shape[0]
     if groups < 1:
@@ -116,8 +110,8 @@ def _deconv_filter(g, weight, groups):
 def conv_transpose_nd(g, input, weight, bias, stride, padding, output_padding, groups,
                       dilation):
     x, added, n = _prologue(g, input, weight)
-    stride, padding = _tuple(stride, n), _tuple(padding, n)
-    output_padding, dilation = _tuple(output_padding, n), _tuple(dilation, n)
+    stride, padding = as_list(stride, n), as_list(padding, n)
+    output_padding, dilation = as_list(output_padding, n), as_list(dilation, n)
     if groups < 1:
         raise g.error(f"groups: {groups} must be >= 1")
     for i in range(n):
@@ -153,10 +147,10 @@ def conv_transpose_nd(g, input, weight, bias, stride, padding, output_padding, g
 
 def _same_pads(g, weight, stride, dilation):
     n = weight.rank - 2
-    if any(s != 1 for s in _tuple(stride, n)):
+    if any(s != 1 for s in as_list(stride, n)):
         raise g.error("padding: 'same' needs stride 1 (PyTorch refuses it too)")
     pads = []
-    for k, d in zip(weight.shape[2:], _tuple(dilation, n)):
+    for k, d in zip(weight.shape[2:], as_list(dilation, n)):
         total = d * (k - 1)
         pads.append((total // 2, total - total // 2))
     return pads
@@ -171,7 +165,7 @@ def _pads(g, weight, padding, stride, dilation):
         if padding == "same":
             return _same_pads(g, weight, stride, dilation)
         raise g.error(f"padding: unknown mode {padding!r}")
-    return [(p, p) for p in _tuple(padding, n)]
+    return [(p, p) for p in as_list(padding, n)]
 
 
 @aten("_convolution", "convolution")

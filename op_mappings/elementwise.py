@@ -7,10 +7,9 @@ from the end otherwise).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from op_mappings.helpers.elementwise import nan_propagating, where_
 from t2n.registry import aten
 
 
@@ -115,14 +114,6 @@ def trunc_float(g, x):
     return where_(g, neg, g.unary("ceil", x), g.unary("floor", x))
 
 
-def where_(g, cond, a, b):
-    rank = max(cond.rank, a.rank, b.rank)
-    cond = g.unsqueeze_to_rank(cond, rank)
-    a = g.unsqueeze_to_rank(a, rank)
-    b = g.unsqueeze_to_rank(b, rank)
-    return g.op("select", cond, a, b, out_dtype=a.dtype)
-
-
 @aten("where")
 def where(g, condition, self=None, other=None):
     if self is None:
@@ -187,7 +178,7 @@ def abs_(g, self):
 
 @aten("sign")
 def sign(g, self):
-    from op_mappings.math_unary import sign_of
+    from op_mappings.helpers.elementwise import sign_of
 
     return sign_of(g, self)
 
@@ -225,24 +216,6 @@ def square(g, self):
     if not dtype.is_floating_point:
         return int_power(g, x, 2)
     return g.binary("mul", x, x, dtype)
-
-
-def nan_propagating(g, kind, a, b, dtype):
-    """``max``/``min`` that return NaN when an operand is NaN, as torch.maximum/minimum
-    and clamp do (tract's max/min return the other operand, which is fmax/fmin)."""
-    r = g.binary(kind, a, b, dtype)
-    if not dtype.is_floating_point:
-        return r
-    for t in (b, a):
-        if not hasattr(t, "rank"):
-            if not (isinstance(t, float) and math.isnan(t)):
-                continue
-            t = g.scalar(t, dtype)
-        elif t.is_const and not torch.isnan(t.value.double()).any():
-            continue
-        t = g.cast(t, dtype)
-        r = where_(g, g.op("tract_core_is_nan", t, out_dtype=torch.bool), t, r)
-    return r
 
 
 @aten("clamp", "clip")

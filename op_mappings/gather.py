@@ -12,65 +12,12 @@ from __future__ import annotations
 
 import torch
 
+from op_mappings.helpers.indexing import check_const_indices, flatten_all
 from t2n.builder import broadcast_shapes
 from t2n.registry import aten
 
 INDEX_DTYPES = (torch.int64, torch.int32)
 _INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
-
-
-def numel(shape) -> object:
-    """The element count of ``shape`` (an int, or a sympy expression for symbolic axes)."""
-    n = 1
-    for d in shape:
-        n = n * d
-    return n
-
-
-def flatten_all(g, t):
-    """``t.reshape(-1)``, written with ``-1`` so that it follows symbolic axes."""
-    if t.rank == 1:
-        return t
-    if t.is_const:
-        return g.const(t.value.reshape(-1))
-    return g.op("reshape", t, shape=[-1], out_shape=[numel(t.shape)])
-
-
-def dim_size(g, t, axis: int, dtype: torch.dtype):
-    """The size of ``t`` along ``axis`` as a rank-0 tensor of ``dtype`` (read at run time
-    when the axis is symbolic)."""
-    n = t.shape[axis]
-    if isinstance(n, int):
-        return g.scalar(n, dtype)
-    size = g.gather(g.shape_of(t), g.scalar(axis, torch.int64), 0)
-    return g.cast(size, dtype)
-
-
-def check_const_indices(g, what: str, index, size) -> None:
-    """A constant index out of ``[-size, size)`` would abort tract: refuse it here."""
-    if not index.is_const or not isinstance(size, int) or index.value.numel() == 0:
-        return
-    v = index.value
-    if bool((v < -size).any()) or bool((v >= size).any()):
-        raise g.error(f"{what}: index {int(v.min())}..{int(v.max())} out of range for an axis "
-                      f"of size {size}")
-
-
-def wrap_negative(g, index, size_of, axis: int):
-    """``index`` with negative entries counted from the end of axis ``axis`` of ``size_of``
-    (for ops such as ``tract_core_gather_nd`` that abort on negative indices)."""
-    if index.is_const:
-        n = size_of.shape[axis]
-        if isinstance(n, int):
-            return g.const(torch.where(index.value < 0, index.value + n, index.value),
-                           index.dtype)
-        if not bool((index.value < 0).any()):
-            return index
-    n = dim_size(g, size_of, axis, index.dtype)
-    negative = g.binary("lt", index, g.scalar(0, index.dtype), out_dtype=torch.bool)
-    shifted = g.binary("add", index, n)
-    return g.op("select", negative, shifted, index, out_dtype=index.dtype,
-                out_shape=index.shape)
 
 
 def _check_index_dtype(g, what: str, index, allowed=INDEX_DTYPES):

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import torch
 
+from op_mappings.helpers.elementwise import where_
+from op_mappings.helpers.indexing import scatter_elements
 from t2n.registry import aten
-from op_mappings.scatter import scatter_elements, select
 
 _I64 = torch.int64
 
@@ -86,8 +87,8 @@ def _data_edges(g, col, bins, d):
         lo = g.reduce("min_reduce", col, [0], keepdim=False)
         hi = g.reduce("max_reduce", col, [0], keepdim=False)
         same = _b(g, "eq", lo, hi, d)
-        lo = select(g, same, g.binary("sub", lo, 0.5, d), lo)
-        hi = select(g, same, g.binary("add", hi, 0.5, d), hi)
+        lo = where_(g, same, g.binary("sub", lo, 0.5, d), lo)
+        hi = where_(g, same, g.binary("add", hi, 0.5, d), hi)
     return _linspace_edges(g, lo, hi, bins, d)
 
 
@@ -122,7 +123,7 @@ def histogramdd_of(g, x2d, bins, ranges, weight, density):
         last = g.slice(edges, 0, n_edges - 1, n_edges)
         ok = g.binary("and", _b(g, "ge", col, first, d), _b(g, "le", col, last, d), torch.bool)
         inside = ok if inside is None else g.binary("and", inside, ok, torch.bool)
-        safe = select(g, ok, col, first)  # no NaN/inf into the estimate below
+        safe = where_(g, ok, col, first)  # no NaN/inf into the estimate below
         if isinstance(b, int):
             pos = _linear_bin(g, safe, edges, n_edges)
         else:
@@ -134,7 +135,7 @@ def histogramdd_of(g, x2d, bins, ranges, weight, density):
         term = g.binary("mul", pos, total, _I64) if total != 1 else pos
         flat = term if flat is None else g.binary("add", flat, term, _I64)
         total *= nb
-    flat = select(g, inside, flat, g.scalar(total, _I64))
+    flat = where_(g, inside, flat, g.scalar(total, _I64))
     values = g.broadcast_to(g.scalar(1.0, d), [m]) if weight is None else \
         g.reshape(g.cast(weight, d), [m])
     hist = scatter_elements(g, g.broadcast_to(g.scalar(0.0, d), [total + 1]), 0, flat, values,

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import torch
 
-from t2n.builder import DATA_DEPENDENT_PREFIX, broadcast_shapes
+from op_mappings.helpers.indexing import (check_const_indices, clamp_indices,
+                                          runtime_mask_positions, wrap_negative)
+from t2n.builder import broadcast_shapes
 from t2n.registry import aten
-from op_mappings.gather import check_const_indices, wrap_negative
 
 _MASK_DTYPES = (torch.bool, torch.uint8)
 
@@ -105,74 +106,16 @@ def _expand_masks(g, self, entries):
             cols = [g.const(c.contiguous(), torch.int64)
                     for c in torch.nonzero(e.value.bool()).unbind(1)]
         else:
-            cols = _runtime_mask_positions(g, k, e)
+            cols = runtime_mask_positions(g, k, e)
         out += cols
         nonneg.update(id(c) for c in cols)
     return out, nonneg
 
 
-def _runtime_mask_positions(g, k, mask):
-    """One index tensor per axis of ``mask`` listing its true elements in row-major order;
-    their length is a fresh symbol."""
-    import sympy
-
-    from op_mappings.gather import flatten_all
-
-    shape = mask.static_shape()
-    if shape is None:
-        raise g.error(f"indices[{k}]: a boolean mask over a dynamic axis is not supported")
-    n = 1
-    for d in shape:
-        n *= d
-    flat = g.cast(flatten_all(g, g.cast(mask, torch.bool)), torch.int64)  # [N]
-    count = g.reduce("sum_reduce", flat, [0], keepdim=False)
-    key = g.binary("mul", flat, g.const(torch.arange(n, 0, -1)))
-    g._mask_symbols = getattr(g, "_mask_symbols", 0) + 1
-    nnz = sympy.Symbol(f"{DATA_DEPENDENT_PREFIX}mask_count_{g._mask_symbols}", integer=True,
-                       nonnegative=True)
-    _, pos = g.op("tract_core_topk", key, count, axis=0, largest=True, outputs=2,
-                  out_dtypes=[torch.int64, torch.int64], out_shapes=[[nnz], [nnz]])
-    return flat_positions_to_columns(g, pos, shape)
-
-
-def flat_positions_to_columns(g, pos, shape):
-    """Row-major flat positions into one index tensor per axis of ``shape`` (static)."""
-    cols = []
-    for j in range(len(shape)):
-        stride = 1
-        for d in shape[j + 1:]:
-            stride *= d
-        c = g.binary("div", pos, g.scalar(stride, torch.int64)) if stride > 1 else pos
-        if j > 0:
-            outer = g.binary("div", pos, g.scalar(stride * shape[j], torch.int64))
-            c = g.binary("sub", c, g.binary("mul", outer, g.scalar(shape[j], torch.int64)))
-        cols.append(c)
-    return cols
-
-
-def clamp_indices(g, self, indices):
-    """Each index tensor clamped to ``[-size, size - 1]`` of its axis, as PyTorch's
-    ``_unsafe_masked_index*`` kernels do: an index under a false mask may be out of range,
-    and must not reach tract's gather (which aborts on it)."""
-    out = []
-    for axis, idx in enumerate(indices):
-        if idx is None:
-            out.append(None)
-            continue
-        if idx.dtype not in (torch.int64, torch.int32):
-            raise g.error(f"indices[{axis}]: must be int64 or int32, got {idx.dtype}")
-        n = self.shape[axis]
-        lo = g.binary("max", idx, g.binary("sub", g.scalar(0, idx.dtype),
-                                           g.scalar(n, idx.dtype), idx.dtype), idx.dtype)
-        out.append(g.binary("min", lo, g.binary("sub", g.scalar(n, idx.dtype),
-                                                 g.scalar(1, idx.dtype), idx.dtype), idx.dtype))
-    return out
-
-
 @aten("_unsafe_masked_index")
 def _unsafe_masked_index(g, self, mask, indices, fill):
     """``where(mask, self[clamped indices], fill)`` (the mask broadcasts with the result)."""
-    from op_mappings.scatter import select
+    from op_mappings.helpers.elementwise import where_
 
     if mask.dtype != torch.bool:
         raise g.error(f"mask: must be bool, got {mask.dtype}")
@@ -180,4 +123,4 @@ def _unsafe_masked_index(g, self, mask, indices, fill):
     if any(isinstance(d, int) and d == 0 for d in self.shape) and g.node is not None:
         return g.broadcast_to(g.as_tensor(fill, self.dtype), g.out_shape())  # all `fill`
     picked = index(g, self, clamp_indices(g, self, indices))
-    return select(g, mask, picked, g.as_tensor(fill, picked.dtype))
+    return where_(g, mask, picked, g.as_tensor(fill, picked.dtype))

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import torch
 
+from op_mappings.helpers.elementwise import where_
+from op_mappings.helpers.indexing import scatter_elements
 from t2n.builder import broadcast_shapes
 from t2n.registry import aten
-from op_mappings.scatter import scatter_elements, select
 
 
 def _replace(shape, axis, value):
@@ -40,7 +41,7 @@ def normalized(g, index, self, axis):
         size = g.slice(g.shape_of(self), 0, axis, axis + 1)
     negative = g.binary("lt", index, g.scalar(0, torch.int64), torch.int64,
                         out_dtype=torch.bool)
-    return select(g, negative, g.binary("add", index, size, torch.int64), index)
+    return where_(g, negative, g.binary("add", index, size, torch.int64), index)
 
 
 def _slab_index(g, index, slab_shape, axis):
@@ -160,9 +161,9 @@ def _put_runtime_mask(g, self, indices, masks, values, accumulate):
     mask = g.reshape(mask, [1] * p + list(mask.shape) + [1] * (self.rank - p - m))
     if accumulate:
         zero = g.scalar(0, self.dtype)
-        added = select(g, mask, g.broadcast_to(values, self.shape), zero)
+        added = where_(g, mask, g.broadcast_to(values, self.shape), zero)
         return g.binary("add", self, added, self.dtype)
-    return select(g, mask, g.broadcast_to(values, self.shape), self)
+    return where_(g, mask, g.broadcast_to(values, self.shape), self)
 
 
 def _put_nd(g, self, indices, values, accumulate):
@@ -216,7 +217,7 @@ def index_reduce(g, self, dim, index, source, reduce, include_self=True):
 @aten("put")
 def put(g, self, index, source, accumulate=False):
     """``self.flatten()[index] = source`` (``+=`` with accumulate), reshaped back."""
-    from op_mappings.gather import flatten_all
+    from op_mappings.helpers.indexing import flatten_all
 
     flat = flatten_all(g, self)
     idx = normalized(g, g.reshape(index, [-1]) if index.rank != 1 else index, flat, 0)
@@ -229,12 +230,12 @@ def put(g, self, index, source, accumulate=False):
 @aten("_unsafe_masked_index_put_accumulate")
 def _unsafe_masked_index_put_accumulate(g, self, mask, indices, values):
     """``index_put(self, clamped indices, where(mask, values, 0), accumulate=True)``."""
-    from op_mappings.index import clamp_indices
+    from op_mappings.helpers.indexing import clamp_indices
 
     if mask.dtype != torch.bool:
         raise g.error(f"mask: must be bool, got {mask.dtype}")
     if any(isinstance(d, int) and d == 0 for d in self.shape):
         return self
     values = g.cast(values, self.dtype)
-    masked = select(g, mask, values, g.scalar(0, self.dtype))
+    masked = where_(g, mask, values, g.scalar(0, self.dtype))
     return index_put(g, self, clamp_indices(g, self, list(indices)), masked, True)

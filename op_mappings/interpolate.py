@@ -174,7 +174,7 @@ def _aa_matrix(mode, in_n, out_n, scale_factor, align_corners, real):
 
 def resample_aa(g, x, mode, out_sizes, scale_factors, align_corners):
     """Antialiased resampling: one contraction with a constant weight matrix per axis."""
-    from op_mappings.attention import einsum_op
+    from op_mappings.helpers.matrix import einsum_op
 
     n_sp = len(out_sizes)
     real = np.float64 if x.dtype == torch.float64 else np.float32

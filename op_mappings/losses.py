@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from op_mappings.math_unary import log1p_of, select
+from op_mappings.helpers.elementwise import log1p_of, select
 from t2n.registry import aten
 
 
@@ -273,7 +273,7 @@ def multi_margin_loss(g, self, target, p=1, margin=1.0, weight=None, reduction=1
 @aten("triplet_margin_loss")
 def triplet_margin_loss(g, anchor, positive, negative, margin=1.0, p=2.0, eps=1e-6,
                         swap=False, reduction=1):
-    from op_mappings.statistics import vector_norm_of
+    from op_mappings.helpers.norms import vector_norm_of
 
     d = g.out_dtype()
 

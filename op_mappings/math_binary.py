@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from op_mappings.math_unary import is_inf, is_nan, log1p_of, select
+from op_mappings.helpers.elementwise import is_inf, is_nan, log1p_of, select
 from t2n.registry import aten
 
 

@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from op_mappings.helpers.elementwise import expm1_of, is_inf, is_nan, log1p_of, select, sign_of
+from op_mappings.helpers.gamma import digamma_of, lgamma_of, poly
 from t2n.registry import aten
 
 
@@ -22,51 +24,9 @@ def _bool(g, kind, a, b):
     return g.binary(kind, a, b, a.dtype, out_dtype=torch.bool)
 
 
-def select(g, cond, a, b, dtype=None):
-    """where(cond, a, b) with Python scalars allowed for a/b (typed like the other side)."""
-    if dtype is None:
-        dtype = a.dtype if hasattr(a, "dtype") else b.dtype
-    a = g.as_tensor(a, dtype)
-    b = g.as_tensor(b, dtype)
-    rank = max(cond.rank, a.rank, b.rank)
-    return g.op("select", g.unsqueeze_to_rank(cond, rank), g.unsqueeze_to_rank(a, rank),
-                g.unsqueeze_to_rank(b, rank), out_dtype=dtype)
-
-
-def is_inf(g, x):
-    """|x| == inf (tract_core_is_inf does not give a bool on f64)."""
-    return _bool(g, "eq", g.unary("abs", x), g.scalar(float("inf"), x.dtype))
-
-
-def is_nan(g, x):
-    """x != x (tract_core_is_nan has no f64 kernel)."""
-    if x.dtype == torch.float64:
-        return _bool(g, "ne", x, x)
-    return g.op("tract_core_is_nan", x, out_dtype=torch.bool)
-
-
-def log1p_of(g, x):
-    u = g.binary("add", x, 1.0, x.dtype)
-    d = g.binary("sub", u, 1.0, x.dtype)
-    ratio = g.binary("div", x, d, x.dtype)
-    general = g.binary("mul", g.unary("log", u), ratio, x.dtype)
-    # u == inf: log(u) is right, the ratio is nan
-    general = select(g, is_inf(g, u), g.unary("log", u), general)
-    return select(g, _bool(g, "eq", d, g.scalar(0.0, x.dtype)), x, general)
-
-
 @aten("log1p")
 def log1p(g, self):
     return log1p_of(g, _float(g, self))
-
-
-def expm1_of(g, x):
-    u = g.unary("exp", x)
-    um1 = g.binary("sub", u, 1.0, x.dtype)
-    general = g.binary("div", g.binary("mul", um1, x, x.dtype), g.unary("log", u), x.dtype)
-    general = select(g, _bool(g, "eq", um1, g.scalar(-1.0, x.dtype)), um1, general)
-    general = select(g, is_inf(g, u), u, general)
-    return select(g, _bool(g, "eq", u, g.scalar(1.0, x.dtype)), x, general)
 
 
 @aten("expm1", "special_expm1")
@@ -125,16 +85,6 @@ def frac(g, self):
 @aten("sgn")
 def sgn(g, self):
     return sign_of(g, self)
-
-
-def sign_of(g, x):
-    """torch.sign: -1, 0 or 1, and 0 for NaN (tract's sign keeps NaN)."""
-    if x.dtype == torch.bool:
-        return x
-    s = g.unary("sign", x)
-    if x.dtype.is_floating_point:
-        s = select(g, is_nan(g, x), 0.0, s, x.dtype)
-    return s
 
 
 @aten("signbit")
@@ -253,14 +203,6 @@ def erfc(g, self):
     return g.binary("sub", g.scalar(1.0, x.dtype), erf_of(g, x), x.dtype)
 
 
-def _poly(g, x, coeffs):
-    """Horner evaluation of sum(c_i x^(n-i)) with scalar coefficients."""
-    acc = g.broadcast_to(g.scalar(coeffs[0], x.dtype), x.shape)
-    for c in coeffs[1:]:
-        acc = g.binary("add", g.binary("mul", acc, x, x.dtype), c, x.dtype)
-    return acc
-
-
 @aten("erfinv", "special_erfinv")
 def erfinv(g, self):
     """Giles (2010), single-precision erfinv: two polynomials in w = -log(1 - x^2), refined
@@ -271,10 +213,10 @@ def erfinv(g, self):
         "mul", g.binary("sub", g.scalar(1.0, d), x, d), g.binary("add", g.scalar(1.0, d), x, d),
         d)))
     w1 = g.binary("sub", w, 2.5, d)
-    p1 = _poly(g, w1, [2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
+    p1 = poly(g, w1, [2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
                        0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941])
     w2 = g.binary("sub", g.unary("sqrt", w), 3.0, d)
-    p2 = _poly(g, w2, [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
+    p2 = poly(g, w2, [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
                        0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682])
     p = select(g, _bool(g, "lt", w, g.scalar(5.0, d)), p1, p2)
     y = g.binary("mul", p, x, d)
@@ -290,70 +232,11 @@ def erfinv(g, self):
     return y
 
 
-_LANCZOS_G = 7.0
-_LANCZOS = [0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
-            -176.61502916214059, 12.507343278686905, -0.13857109526572012,
-            9.9843695780195716e-6, 1.5056327351493116e-7]
-
-
-def lgamma_of(g, x):
-    """log|Gamma(x)| by the Lanczos series (g=7) with the reflection formula below 0.5."""
-    d = x.dtype
-    reflect = _bool(g, "lt", x, g.scalar(0.5, d))
-    z = select(g, reflect, g.binary("sub", g.scalar(1.0, d), x, d), x)
-    zm1 = g.binary("sub", z, 1.0, d)
-    acc = g.broadcast_to(g.scalar(_LANCZOS[0], d), x.shape)
-    for i, c in enumerate(_LANCZOS[1:], start=1):
-        acc = g.binary("add", acc, g.binary("div", g.scalar(c, d),
-                                            g.binary("add", zm1, float(i), d), d), d)
-    t = g.binary("add", zm1, _LANCZOS_G + 0.5, d)
-    lg = g.binary("add", g.binary("sub", g.binary("mul", g.binary("add", zm1, 0.5, d),
-                                                  g.unary("log", t), d), t, d),
-                  g.binary("add", g.unary("log", acc), 0.5 * math.log(2 * math.pi), d), d)
-    sinpx = g.unary("abs", g.unary("sin", g.binary("mul", x, math.pi, d)))
-    refl = g.binary("sub", g.binary("sub", g.scalar(math.log(math.pi), d),
-                                    g.unary("log", sinpx), d), lg, d)
-    out = select(g, reflect, refl, lg)
-    # poles at non-positive integers
-    is_pole = g.binary("and", _bool(g, "le", x, g.scalar(0.0, d)),
-                       _bool(g, "eq", g.unary("floor", x), x), torch.bool)
-    out = select(g, is_pole, float("inf"), out)
-    return select(g, is_inf(g, x), float("inf"), out)
-
-
 @aten("lgamma")
 def lgamma(g, self):
     # computed in f64: accuracy near the zeros of lgamma (x = 1, 2) needs it
     x = _float(g, self)
     return g.cast(lgamma_of(g, g.cast(x, torch.float64)), x.dtype)
-
-
-def digamma_of(g, x):
-    """psi(x): recurrence up to x >= 6 (six fixed steps), asymptotic series, reflection."""
-    d = x.dtype
-    reflect = _bool(g, "lt", x, g.scalar(0.5, d))
-    z = select(g, reflect, g.binary("sub", g.scalar(1.0, d), x, d), x)
-    shift = g.broadcast_to(g.scalar(0.0, d), x.shape)
-    for _ in range(6):
-        small = _bool(g, "lt", z, g.scalar(6.0, d))
-        shift = select(g, small, g.binary("add", shift, g.unary("recip", z), d), shift)
-        z = select(g, small, g.binary("add", z, 1.0, d), z)
-    inv = g.unary("recip", z)
-    inv2 = g.binary("mul", inv, inv, d)
-    series = _poly(g, inv2, [-1.0 / 240, 1.0 / 252, -1.0 / 120, 1.0 / 12])
-    psi = g.binary("sub", g.binary("sub", g.unary("log", z), g.binary("mul", inv, 0.5, d), d),
-                   g.binary("mul", series, inv2, d), d)
-    psi = g.binary("sub", psi, shift, d)
-    cot = g.binary("div", g.unary("cos", g.binary("mul", x, math.pi, d)),
-                   g.unary("sin", g.binary("mul", x, math.pi, d)), d)
-    refl = g.binary("sub", psi, g.binary("mul", cot, math.pi, d), d)
-    out = select(g, reflect, refl, psi)
-    is_pole = g.binary("and", _bool(g, "le", x, g.scalar(0.0, d)),
-                       _bool(g, "eq", g.unary("floor", x), x), torch.bool)
-    out = select(g, is_pole, float("nan"), out)
-    # at +-0 torch gives -+inf (the sign of the pole's side), i.e. -1/x
-    return select(g, _bool(g, "eq", x, g.scalar(0.0, d)), g.unary("neg", g.unary("recip", x)),
-                  out)
 
 
 @aten("digamma", "special_digamma", "special_psi")
@@ -386,9 +269,9 @@ def i0(g, self):
         if k:
             fact *= k
         coeffs.append(1.0 / (fact * fact))
-    small = _poly(g, q, coeffs[::-1])
+    small = poly(g, q, coeffs[::-1])
     inv = g.unary("recip", ax)
-    asym = _poly(g, inv, [0.112152099609375, 0.0732421875, 0.0703125, 0.125, 1.0])
+    asym = poly(g, inv, [0.112152099609375, 0.0732421875, 0.0703125, 0.125, 1.0])
     big = g.binary("mul", g.binary("div", g.unary("exp", ax),
                                    g.unary("sqrt", g.binary("mul", ax, 2 * math.pi, d)), d),
                    asym, d)

@@ -15,46 +15,13 @@ from __future__ import annotations
 
 import torch
 
+from op_mappings.helpers.normalization import affine, check_float, normalise_stats, per_channel
 from t2n.registry import aten
-
-
-def _check_float(g, x):
-    if not x.dtype.is_floating_point:
-        raise g.error(f"input: normalising a {x.dtype} tensor is not supported")
-
-
-def _per_channel(g, t, rank, dtype):
-    """A [C] tensor shaped [1, C, 1, ...] to broadcast along axis 1 of a rank-``rank`` input."""
-    shape = (1, t.shape[0]) + (1,) * (rank - 2)
-    t = g.cast(t, dtype)
-    if t.is_const:
-        return g.reshaped_const(t, shape)
-    return g.reshape(t, list(shape))
 
 
 def _normalise(g, x, axes, eps):
     """(x - mean) / sqrt(var + eps) over ``axes`` (biased variance, as PyTorch)."""
-    return _normalise_stats(g, x, axes, eps)[0]
-
-
-def _normalise_stats(g, x, axes, eps):
-    """``_normalise`` plus the statistics the ``native_*`` ops need: the mean,
-    ``rstd = 1 / sqrt(var + eps)`` and the biased variance, reduced axes kept as size 1."""
-    dtype = x.dtype
-    mean = g.reduce("mean_reduce", x, axes, keepdim=True)
-    centred = g.binary("sub", x, mean, dtype)
-    var = g.reduce("mean_reduce", g.binary("mul", centred, centred, dtype), axes, keepdim=True)
-    inv = g.unary("rsqrt", g.binary("add", var, float(eps), dtype))
-    return g.binary("mul", centred, inv, dtype), mean, inv, var
-
-
-def _affine(g, y, weight, bias, shape_fn):
-    dtype = y.dtype
-    if weight is not None:
-        y = g.binary("mul", y, shape_fn(weight), dtype)
-    if bias is not None:
-        y = g.binary("add", y, shape_fn(bias), dtype)
-    return y
+    return normalise_stats(g, x, axes, eps)[0]
 
 
 def _derived(g, src, data):
@@ -68,7 +35,7 @@ def _derived(g, src, data):
 @aten("batch_norm")
 def batch_norm(g, input, weight, bias, running_mean, running_var, training=False,
                momentum=0.1, eps=1e-5, *_):
-    _check_float(g, input)
+    check_float(g, input)
     if input.rank == 1 and input.shape[0] == 0:
         return input  # PyTorch accepts an empty 1-d input (and nothing else of rank 1)
     if input.rank < 2:
@@ -78,7 +45,7 @@ def batch_norm(g, input, weight, bias, running_mean, running_var, training=False
         # batch statistics (training mode, or track_running_stats=False)
         axes = [0] + list(range(2, input.rank))
         y = _normalise(g, input, axes, eps)
-        return _affine(g, y, weight, bias, lambda t: _per_channel(g, t, input.rank, dtype))
+        return affine(g, y, weight, bias, lambda t: per_channel(g, t, input.rank, dtype))
     stats = [running_mean, running_var, weight, bias]
     if all(t is None or t.is_const for t in stats):
         inv = torch.rsqrt(running_var.value.double() + eps)
@@ -88,13 +55,13 @@ def batch_norm(g, input, weight, bias, running_mean, running_var, training=False
             shift = shift + bias.value.double()
         scale = _derived(g, weight if weight is not None else running_var, scale.to(dtype))
         shift = _derived(g, bias if bias is not None else running_mean, shift.to(dtype))
-        y = g.binary("mul", input, _per_channel(g, scale, input.rank, dtype), dtype)
-        return g.binary("add", y, _per_channel(g, shift, input.rank, dtype), dtype)
-    mean = _per_channel(g, running_mean, input.rank, dtype)
-    var = _per_channel(g, running_var, input.rank, dtype)
+        y = g.binary("mul", input, per_channel(g, scale, input.rank, dtype), dtype)
+        return g.binary("add", y, per_channel(g, shift, input.rank, dtype), dtype)
+    mean = per_channel(g, running_mean, input.rank, dtype)
+    var = per_channel(g, running_var, input.rank, dtype)
     inv = g.unary("rsqrt", g.binary("add", var, float(eps), dtype))
     y = g.binary("mul", g.binary("sub", input, mean, dtype), inv, dtype)
-    return _affine(g, y, weight, bias, lambda t: _per_channel(g, t, input.rank, dtype))
+    return affine(g, y, weight, bias, lambda t: per_channel(g, t, input.rank, dtype))
 
 
 @aten("instance_norm")
@@ -103,28 +70,28 @@ def instance_norm(g, input, weight, bias, running_mean, running_var, use_input_s
     if not use_input_stats:
         return batch_norm(g, input, weight, bias, running_mean, running_var, False,
                           momentum, eps)
-    _check_float(g, input)
+    check_float(g, input)
     if input.rank < 3:
         raise g.error(f"input: instance norm needs spatial axes (rank >= 3), got {input.rank}")
     y = _normalise(g, input, list(range(2, input.rank)), eps)
-    return _affine(g, y, weight, bias, lambda t: _per_channel(g, t, input.rank, input.dtype))
+    return affine(g, y, weight, bias, lambda t: per_channel(g, t, input.rank, input.dtype))
 
 
 @aten("layer_norm")
 def layer_norm(g, input, normalized_shape, weight=None, bias=None, eps=1e-5, *_):
-    _check_float(g, input)
+    check_float(g, input)
     n = len(normalized_shape)
     if n == 0 or n > input.rank:
         raise g.error(f"normalized_shape: {list(normalized_shape)} does not fit an input of "
                       f"rank {input.rank}")
     y = _normalise(g, input, list(range(input.rank - n, input.rank)), eps)
     # weight and bias have the normalized shape: g.binary aligns them to the trailing axes
-    return _affine(g, y, weight, bias, lambda t: t)
+    return affine(g, y, weight, bias, lambda t: t)
 
 
 @aten("group_norm")
 def group_norm(g, input, num_groups, weight=None, bias=None, eps=1e-5, *_):
-    _check_float(g, input)
+    check_float(g, input)
     if input.rank < 2:
         raise g.error(f"input: group norm needs a channel axis (rank >= 2), got {input.rank}")
     c = input.shape[1]
@@ -134,4 +101,4 @@ def group_norm(g, input, num_groups, weight=None, bias=None, eps=1e-5, *_):
     x = g.reshape(input, grouped)
     y = _normalise(g, x, list(range(2, len(grouped))), eps)
     y = g.reshape(y, list(input.shape))
-    return _affine(g, y, weight, bias, lambda t: _per_channel(g, t, input.rank, input.dtype))
+    return affine(g, y, weight, bias, lambda t: per_channel(g, t, input.rank, input.dtype))

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
+from op_mappings.helpers.normalization import affine, check_float, normalise_stats, per_channel
+from t2n import registry
 from t2n.registry import aten
-
-from .norm import _affine, _check_float, _normalise_stats, _per_channel, batch_norm
 
 
 def _empty(g, dtype):
@@ -28,7 +28,7 @@ def _empty(g, dtype):
 
 
 def _check_channels(g, input):
-    _check_float(g, input)
+    check_float(g, input)
     if input.rank < 2:
         raise g.error(f"input: batch norm needs a channel axis (rank >= 2), got {input.rank}")
 
@@ -37,8 +37,8 @@ def _batch_stats(g, input, weight, bias, eps):
     """Training-mode batch norm: output, batch mean [C], inverse std [C], biased variance
     [C] (for running-stat updates) and the number of values per channel."""
     axes = [0] + list(range(2, input.rank))
-    y, mean, inv, var = _normalise_stats(g, input, axes, eps)
-    y = _affine(g, y, weight, bias, lambda t: _per_channel(g, t, input.rank, input.dtype))
+    y, mean, inv, var = normalise_stats(g, input, axes, eps)
+    y = affine(g, y, weight, bias, lambda t: per_channel(g, t, input.rank, input.dtype))
     c = [input.shape[1]]
     n = 1
     for a in axes:
@@ -49,7 +49,8 @@ def _batch_stats(g, input, weight, bias, eps):
 def _eval(g, input, weight, bias, running_mean, running_var, eps):
     if running_mean is None or running_var is None:
         raise g.error("running_mean: evaluation mode needs running statistics")
-    y = batch_norm(g, input, weight, bias, running_mean, running_var, False, 0.0, eps)
+    y = registry.lookup("batch_norm")(g, input, weight, bias, running_mean, running_var, False,
+                                      0.0, eps)
     return y, _empty(g, input.dtype), _empty(g, input.dtype)
 
 
@@ -123,20 +124,20 @@ def native_batch_norm_legit_functional(g, input, weight, bias, running_mean, run
 
 @aten("native_layer_norm")
 def native_layer_norm(g, input, normalized_shape, weight, bias, eps):
-    _check_float(g, input)
+    check_float(g, input)
     n = len(normalized_shape)
     if n == 0 or n > input.rank:
         raise g.error(f"normalized_shape: {list(normalized_shape)} does not fit an input of "
                       f"rank {input.rank}")
-    y, mean, rstd, _ = _normalise_stats(g, input, list(range(input.rank - n, input.rank)),
+    y, mean, rstd, _ = normalise_stats(g, input, list(range(input.rank - n, input.rank)),
                                         eps)
-    return _affine(g, y, weight, bias, lambda t: t), mean, rstd
+    return affine(g, y, weight, bias, lambda t: t), mean, rstd
 
 
 @aten("native_group_norm")
 def native_group_norm(g, input, weight, bias, N, C, HxW, group, eps):
     """``N``, ``C``, ``HxW`` restate the input's shape; the input's own shape is used."""
-    _check_float(g, input)
+    check_float(g, input)
     if input.rank < 2:
         raise g.error(f"input: group norm needs a channel axis (rank >= 2), got {input.rank}")
     c = input.shape[1]
@@ -144,8 +145,8 @@ def native_group_norm(g, input, weight, bias, N, C, HxW, group, eps):
         raise g.error(f"group: {c} channels do not split into {group} groups")
     grouped = [input.shape[0], group, c // group] + list(input.shape[2:])
     x = g.reshape(input, grouped)
-    y, mean, rstd, _ = _normalise_stats(g, x, list(range(2, len(grouped))), eps)
+    y, mean, rstd, _ = normalise_stats(g, x, list(range(2, len(grouped))), eps)
     y = g.reshape(y, list(input.shape))
-    y = _affine(g, y, weight, bias, lambda t: _per_channel(g, t, input.rank, input.dtype))
+    y = affine(g, y, weight, bias, lambda t: per_channel(g, t, input.rank, input.dtype))
     ng = [input.shape[0], group]
     return y, g.reshape(mean, ng), g.reshape(rstd, ng)

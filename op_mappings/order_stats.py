@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from op_mappings.math_unary import is_nan, select
+from op_mappings.helpers.elementwise import is_nan, select
 from t2n import registry
 from t2n.registry import aten
 

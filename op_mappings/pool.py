@@ -24,56 +24,9 @@ import math
 
 import torch
 
+from op_mappings.helpers.matrix import matmul_nd
+from op_mappings.helpers.windows import as_list, window_geometry
 from t2n.registry import aten
-
-from .linalg import matmul_nd
-
-
-def _tuple(v, n: int) -> list[int]:
-    if isinstance(v, int):
-        return [v] * n
-    v = list(v)
-    return v * n if len(v) == 1 else v
-
-
-def _pool_len(n, k, s, p, d, ceil_mode):
-    """PyTorch's pooled length (``pooling_output_shape``)."""
-    span = n + 2 * p - d * (k - 1) - 1
-    if not isinstance(span, int):
-        if ceil_mode:
-            raise ValueError("ceil_mode on a symbolic axis")
-        return span // s + 1
-    out = (span + (s - 1 if ceil_mode else 0)) // s + 1
-    if ceil_mode and (out - 1) * s >= n + p:
-        out -= 1
-    return out
-
-
-def _geometry(g, self, kernel_size, stride, padding, dilation, ceil_mode, n_spatial):
-    if self.rank not in (n_spatial + 1, n_spatial + 2):
-        raise g.error(f"self: expected rank {n_spatial + 1} or {n_spatial + 2}, "
-                      f"got {self.rank}")
-    k = _tuple(kernel_size, n_spatial)
-    s = _tuple(stride, n_spatial) if stride not in (None, [], ()) else list(k)
-    p = _tuple(padding, n_spatial)
-    d = _tuple(dilation, n_spatial)
-    lead = self.rank - n_spatial
-    sizes, extra = [], []
-    for i in range(n_spatial):
-        length = self.shape[lead + i]
-        try:
-            out = _pool_len(length, k[i], s[i], p[i], d[i], ceil_mode)
-        except ValueError:
-            raise g.error("ceil_mode: not supported on a symbolic spatial axis") from None
-        if isinstance(out, int) and out <= 0:
-            raise g.error(f"kernel_size: the pooled size of axis {lead + i} would be {out}")
-        sizes.append(out)
-        if isinstance(length, int):
-            needed = (out - 1) * s[i] + d[i] * (k[i] - 1) + 1
-            extra.append(max(needed - (length + 2 * p[i]), 0))
-        else:
-            extra.append(0)
-    return lead, k, s, p, d, sizes, extra
 
 
 def _attrs(lead, k, s, d, pads):
@@ -99,7 +52,7 @@ def _unbatched(fn):
 def _max_pool(g, self, kernel_size, stride, padding, dilation, ceil_mode, n):
     if self.dtype == torch.bool:
         raise g.error("self: max pooling of bool tensors is not supported")
-    lead, k, s, p, d, sizes, extra = _geometry(g, self, kernel_size, stride, padding,
+    lead, k, s, p, d, sizes, extra = window_geometry(g, self, kernel_size, stride, padding,
                                                dilation, ceil_mode, n)
     pads = [(p[i], p[i] + extra[i]) for i in range(n)]
     return g.op("max_pool", self, border="ignore", out_shape=list(self.shape[:lead]) + sizes,
@@ -126,7 +79,7 @@ def _avg_pool(g, self, kernel_size, stride, padding, ceil_mode, count_include_pa
               divisor_override, n):
     if not self.dtype.is_floating_point:
         raise g.error(f"self: average pooling of {self.dtype} tensors is not supported")
-    lead, k, s, p, d, sizes, extra = _geometry(g, self, kernel_size, stride, padding, 1,
+    lead, k, s, p, d, sizes, extra = window_geometry(g, self, kernel_size, stride, padding, 1,
                                                ceil_mode, n)
     out_shape = list(self.shape[:lead]) + sizes
     x = self
@@ -275,7 +228,7 @@ def _adaptive_avg(g, self, output_size, n):
         raise g.error(f"self: expected rank {n + 1} or {n + 2}, got {self.rank}")
     if not self.dtype.is_floating_point:
         raise g.error(f"self: average pooling of {self.dtype} tensors is not supported")
-    out = _tuple(output_size, n) if output_size is not None else [None] * n
+    out = as_list(output_size, n) if output_size is not None else [None] * n
     x = self
     lead = self.rank - n
     if all(o == 1 for o in out):  # global average pooling: one reduction

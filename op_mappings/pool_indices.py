@@ -31,10 +31,9 @@ import math
 
 import torch
 
+from op_mappings.helpers.elementwise import is_nan, select
+from op_mappings.helpers.windows import as_list, window_geometry
 from t2n.registry import aten
-
-from .math_unary import is_nan, select
-from .pool import _geometry, _tuple
 
 
 def _lowest(dtype):
@@ -149,7 +148,7 @@ def _max_pool_with_indices(g, self, kernel_size, stride, padding, dilation, ceil
 
     def run(x):
         spatial = _static_spatial(g, x, n)
-        lead, k, s, p, d, sizes, _ = _geometry(g, x, kernel_size, stride, padding, dilation,
+        lead, k, s, p, d, sizes, _ = window_geometry(g, x, kernel_size, stride, padding, dilation,
                                                ceil_mode, n)
         for i in range(n):
             if p[i] > k[i] // 2:
@@ -180,7 +179,7 @@ def max_pool3d_with_indices(g, self, kernel_size, stride=(), padding=0, dilation
 
 def _adaptive_max(g, self, output_size, n):
     _check_dtype(g, self)
-    out = _tuple(output_size, n)
+    out = as_list(output_size, n)
 
     def run(x):
         spatial = _static_spatial(g, x, n)
@@ -213,7 +212,7 @@ def _max_unpool(g, self, indices, output_size, n):
     if list(indices.shape) != list(self.shape):
         raise g.error(f"indices: shape {list(indices.shape)} differs from self's "
                       f"{list(self.shape)}")
-    size = [int(v) for v in _tuple(output_size, n)]
+    size = [int(v) for v in as_list(output_size, n)]
     if len(size) != n:
         raise g.error(f"output_size: expected {n} sizes, got {size}")
     lead = self.rank - n

@@ -7,10 +7,9 @@ Float products go through ``matmul`` / ``tract_core_einsum``; integer operands a
 
 from __future__ import annotations
 
-
 import torch
 
-from op_mappings.linalg import affine_product, matmul_nd
+from op_mappings.helpers.matrix import affine_product, matmul_nd
 from t2n.registry import aten
 
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import torch
 
+from op_mappings.helpers.elementwise import is_nan, select
+from t2n import registry
 from t2n.registry import aten
-
-from .elementwise import maximum, minimum
-from .math_unary import is_nan, select
 
 
 def _axes(g, self, dim) -> list[int]:
@@ -163,7 +162,7 @@ def _max_min(g, which, self, dim_or_other, keepdim):
     """The three overloads: ``max(x)`` (all), ``max(x, dim, keepdim)`` (values and first
     indices) and ``max(x, other)`` (element-wise)."""
     if hasattr(dim_or_other, "rank"):
-        return (maximum if which == "max" else minimum)(g, self, dim_or_other)
+        return registry.lookup("maximum" if which == "max" else "minimum")(g, self, dim_or_other)
     if dim_or_other is None:
         return amax(g, self, None) if which == "max" else amin(g, self, None)
     values = (amax if which == "max" else amin)(g, self, [dim_or_other], keepdim)

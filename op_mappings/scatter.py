@@ -13,55 +13,14 @@ from __future__ import annotations
 
 import torch
 
+from op_mappings.helpers.elementwise import is_nan, where_
+from op_mappings.helpers.indexing import (is_empty_shape, neutral, scatter_elements, slice_bounds,
+                                          slice_to)
 from t2n.registry import aten
-from op_mappings.math_unary import is_nan
-from op_mappings.slicing import _bounds
 
 # aten reduce name -> tract reduction
 _TRACT_REDUCTION = {"sum": "add", "add": "add", "prod": "mul", "multiply": "mul",
                     "amax": "max", "amin": "min"}
-
-
-def _is_empty(shape) -> bool:
-    return any(isinstance(d, int) and d == 0 for d in shape)
-
-
-def _slice_to(g, t, shape):
-    """``t`` cut down to ``shape`` from the origin (torch uses only the index-shaped corner
-    of ``src``; tract requires updates.shape == indices.shape)."""
-    for axis, (have, want) in enumerate(zip(t.shape, shape)):
-        if have is not want and have != want:
-            t = g.slice(t, axis, 0, want)
-    return t
-
-
-def scatter_elements(g, data, axis: int, index, updates, reduction: str = "none"):
-    """``tract_core_scatter_elements`` made safe: i64 indices, updates in data's dtype and
-    of index's shape, rank 0 lifted to rank 1, empty index = no write."""
-    if _is_empty(index.shape):
-        return data
-    updates = _slice_to(g, g.cast(updates, data.dtype), index.shape)
-    index = g.cast(index, torch.int64)
-    if data.rank == 0:
-        out = scatter_elements(g, g.unsqueeze(data, [0]), 0, g.reshape(index, [1]),
-                               g.reshape(updates, [1]), reduction)
-        return g.squeeze(out, [0])
-    if index.rank == 0:
-        index, updates = g.reshape(index, [1]), g.reshape(updates, [1])
-    return g.op("tract_core_scatter_elements", data, index, updates, axis=axis,
-                reduction=reduction, out_shape=data.shape, out_dtype=data.dtype)
-
-
-def neutral(g, reduce: str, dtype: torch.dtype):
-    """The identity element of ``reduce`` in ``dtype``, as a rank-0 constant."""
-    if reduce in ("sum", "mean"):
-        return g.scalar(0, dtype)
-    if reduce == "prod":
-        return g.scalar(1, dtype)
-    if dtype.is_floating_point:
-        return g.scalar(float("-inf") if reduce == "amax" else float("inf"), dtype)
-    info = torch.iinfo(dtype)
-    return g.scalar(info.min if reduce == "amax" else info.max, dtype)
 
 
 def touched(g, self, axis, index):
@@ -71,19 +30,13 @@ def touched(g, self, axis, index):
     return scatter_elements(g, false, axis, index, true)
 
 
-def select(g, cond, a, b):
-    rank = max(cond.rank, a.rank, b.rank)
-    cond, a, b = (g.unsqueeze_to_rank(t, rank) for t in (cond, a, b))
-    return g.op("select", cond, a, b, out_dtype=a.dtype)
-
-
 def floor_div_positive(g, a, b):
     """``floor(a / b)`` for integer tensors with ``b > 0`` (tract's int div truncates)."""
     q = g.binary("div", a, b, a.dtype)
     inexact = g.binary("ne", g.binary("mul", q, b, a.dtype), a, a.dtype, out_dtype=torch.bool)
     negative = g.binary("lt", a, g.scalar(0, a.dtype), a.dtype, out_dtype=torch.bool)
     fix = g.binary("and", inexact, negative, torch.bool)
-    return select(g, fix, g.binary("sub", q, g.scalar(1, a.dtype), a.dtype), q)
+    return where_(g, fix, g.binary("sub", q, g.scalar(1, a.dtype), a.dtype), q)
 
 
 def _check_dtype(g, self, what):
@@ -125,11 +78,11 @@ def scatter_reduce(g, self, dim, index, src, reduce, include_self=True):
         return _scatter_mean(g, self, axis, index, src, include_self)
     if reduce not in ("sum", "prod", "amax", "amin"):
         raise g.error(f"reduce={reduce!r}: expected sum, prod, mean, amax or amin")
-    if _is_empty(index.shape):
+    if is_empty_shape(index.shape):
         return self
     base = self
     if not include_self:
-        base = select(g, touched(g, self, axis, index), neutral(g, reduce, self.dtype), self)
+        base = where_(g, touched(g, self, axis, index), neutral(g, reduce, self.dtype), self)
     out = scatter_elements(g, base, axis, index, src, _TRACT_REDUCTION[reduce])
     if reduce in ("amax", "amin") and self.dtype.is_floating_point:
         out = _propagate_nan(g, out, axis, index, src)
@@ -139,16 +92,16 @@ def scatter_reduce(g, self, dim, index, src, reduce, include_self=True):
 def _propagate_nan(g, out, axis, index, src):
     """tract's scatter max/min skip a NaN update; PyTorch's amax/amin return NaN where one
     lands (a NaN already in self stays NaN in both)."""
-    src = _slice_to(g, g.cast(src, out.dtype), index.shape)
+    src = slice_to(g, g.cast(src, out.dtype), index.shape)
     nan = g.cast(is_nan(g, src), out.dtype)  # x != x for f64 (tract_core_is_nan lacks it)
     hits = scatter_elements(g, g.broadcast_to(g.scalar(0, out.dtype), out.shape), axis, index,
                             nan, "add")
     hit = g.binary("gt", hits, g.scalar(0, out.dtype), out.dtype, out_dtype=torch.bool)
-    return select(g, hit, g.scalar(float("nan"), out.dtype), out)
+    return where_(g, hit, g.scalar(float("nan"), out.dtype), out)
 
 
 def _scatter_mean(g, self, axis, index, src, include_self):
-    if _is_empty(index.shape):
+    if is_empty_shape(index.shape):
         return self
     dtype = self.dtype
     zero = g.broadcast_to(g.scalar(0, dtype), self.shape)
@@ -164,7 +117,7 @@ def _scatter_mean(g, self, axis, index, src, include_self):
         mean = floor_div_positive(g, total, count)
     if include_self:
         return mean
-    return select(g, touched(g, self, axis, index), mean, self)
+    return where_(g, touched(g, self, axis, index), mean, self)
 
 
 @aten("slice_scatter")
@@ -176,7 +129,7 @@ def slice_scatter(g, self, src, dim=0, start=None, end=None, step=1):
         raise g.error(f"step must be >= 1 (got {step})")
     axis = dim % self.rank
     n = self.shape[axis]
-    begin, stop = _bounds(n, start, end)
+    begin, stop = slice_bounds(n, start, end)
     src = g.cast(src, self.dtype)
     if isinstance(begin, int) and isinstance(stop, int) and stop <= begin:
         return self

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import torch
 
+from op_mappings.helpers.elementwise import where_
+from op_mappings.helpers.indexing import neutral, scatter_elements
 from t2n.registry import aten, lookup
-from op_mappings.scatter import neutral, scatter_elements, select
 
 _REDUCE = {"sum": "sum", "mean": "sum", "max": "amax", "min": "amin", "prod": "prod"}
 
@@ -68,7 +69,7 @@ def segment_reduce(g, data, reduce, lengths=None, indices=None, offsets=None, ax
         empty = g.binary("eq", count, 0.0, d, out_dtype=torch.bool)
         mean = g.binary("div", out, g.binary("max", count, 1.0, d), d)
         fill = g.scalar(float(initial) if initial is not None else float("nan"), d)
-        out = select(g, empty, fill, mean)
+        out = where_(g, empty, fill, mean)
     return g.slice(out, axis, 0, n_seg)
 
 
@@ -98,4 +99,4 @@ def _segment_ids(g, offsets, n, n_seg, axis):
     inside = g.binary("and", g.binary("ge", seg, 0, torch.int64, out_dtype=torch.bool),
                       g.binary("lt", seg, g.scalar(n_seg, torch.int64), torch.int64,
                                out_dtype=torch.bool), torch.bool)
-    return select(g, inside, seg, g.scalar(n_seg, torch.int64))
+    return where_(g, inside, seg, g.scalar(n_seg, torch.int64))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from op_mappings.index import _runtime_mask_positions, flat_positions_to_columns
+from op_mappings.helpers.indexing import flat_positions_to_columns, runtime_mask_positions
 from t2n import registry
 from t2n.registry import aten
 
@@ -25,7 +25,7 @@ def _nonzero_mask(g, x):
 def nonzero(g, self):
     if self.rank == 0:
         raise g.error("nonzero of a 0-dim tensor is not supported")
-    cols = _runtime_mask_positions(g, 0, _nonzero_mask(g, self))
+    cols = runtime_mask_positions(g, 0, _nonzero_mask(g, self))
     return g.concat([g.unsqueeze(c, [1]) for c in cols], 1)
 
 
@@ -44,7 +44,7 @@ def masked_select(g, self, mask):
 @aten("nonzero_static")
 def nonzero_static(g, self, size, fill_value=-1):
     """The first ``size`` non-zero positions, padded with ``fill_value``: a static shape."""
-    from op_mappings.gather import flatten_all
+    from op_mappings.helpers.indexing import flatten_all
 
     if self.rank == 0:
         raise g.error("nonzero_static of a 0-dim tensor is not supported")
@@ -79,14 +79,14 @@ def nonzero_numpy(g, self):
     """``nonzero(as_tuple=True)``: one index tensor per axis."""
     if self.rank == 0:
         raise g.error("nonzero of a 0-dim tensor is not supported")
-    return _runtime_mask_positions(g, 0, _nonzero_mask(g, self))
+    return runtime_mask_positions(g, 0, _nonzero_mask(g, self))
 
 
 @aten("masked_scatter")
 def masked_scatter(g, self, mask, source):
     """The k-th true position of ``mask`` takes ``source.flatten()[k]``: its rank among the
     true positions is an exclusive cumsum, then one gather and one select."""
-    from op_mappings.gather import flatten_all
+    from op_mappings.helpers.indexing import flatten_all
     from t2n.builder import broadcast_shapes
 
     shape = list(broadcast_shapes(self.shape, mask.shape))

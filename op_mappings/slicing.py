@@ -8,51 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from op_mappings.helpers.indexing import slice_bounds
 from t2n.registry import aten
-
-
-def _bounds(n, start, end):
-    """PyTorch's clamping of slice bounds on an axis of size ``n`` (int or symbolic)."""
-    if start is None:
-        start = 0
-    if end is None or (isinstance(end, int) and end >= 2 ** 62):
-        end = n
-    if isinstance(n, int) and isinstance(start, int) and isinstance(end, int):
-        if start < 0:
-            start += n
-        if end < 0:
-            end += n
-        start = min(max(start, 0), n)
-        end = min(max(end, start), n)
-    else:
-        from_back = isinstance(end, int) and end < 0
-        if isinstance(start, int) and start < 0:
-            start = n + start
-        if isinstance(end, int) and end < 0:
-            end = n + end
-        if not isinstance(n, int):
-            # a dynamic axis: clamp as PyTorch does, with tract dim expressions (x[-1:2])
-            import sympy
-
-            start = sympy.Max(0, sympy.Min(n, start))
-            if from_back:
-                # x[..., :-k]: n - k as written. With a max(start, n - k) tract cannot
-                # tell that the result has n - k elements (the residual add of wav2vec2's
-                # positional convolution then fails to load); an axis shorter than the
-                # slice (empty in PyTorch) is an error at run time in tract
-                pass
-            else:
-                end = sympy.Max(start, sympy.Min(n, end))
-            start, end = _plain(start), _plain(end)
-        # a symbolic bound on a static axis (position_ids[:, :S]) is kept as written: the
-        # model is only valid where it lies within the axis, and a min() would hide from
-        # tract that the result has S elements
-    return start, end
-
-
-def _plain(expr):
-    """A sympy value that is a plain integer becomes an int again."""
-    return int(expr) if getattr(expr, "is_Integer", False) else expr
 
 
 @aten("slice")
@@ -60,7 +17,7 @@ def slice_(g, self, dim=0, start=None, end=None, step=1):
     if step < 1:
         raise g.error(f"slice step must be >= 1 (got {step})")
     axis = dim % self.rank
-    begin, stop = _bounds(self.shape[axis], start, end)
+    begin, stop = slice_bounds(self.shape[axis], start, end)
     return g.slice(self, axis, begin, stop, step)
 
 
@@ -84,7 +41,7 @@ def narrow(g, self, dim, start, length):
 
 
 def _dyn_narrow(g, self, axis, start, length):
-    from op_mappings.gather import wrap_negative
+    from op_mappings.helpers.indexing import wrap_negative
 
     if start.rank != 0:
         raise g.error(f"start: must be a 0-dim tensor, got rank {start.rank}")

@@ -14,54 +14,23 @@ import math
 
 import torch
 
-from op_mappings.math_unary import digamma_of, log1p_of
-from op_mappings.special_expr import (F64, E, both, either, float_in, negate, out, p1evl,
-                                      polevl, where)
+from op_mappings.helpers.elementwise import log1p_of
+from op_mappings.helpers.gamma import digamma_of
+from op_mappings.helpers.special_expr import (F64, E, both, either, erfc_from, erfcx_pos, float_in,
+                                              negate, out, p1evl, polevl, where)
 from t2n.builder import broadcast_shapes
 from t2n.registry import aten
 
 INF = float("inf")
 NAN = float("nan")
-_SQRT_PI = math.sqrt(math.pi)
 
 
 # --------------------------------------------------------------------------- erfc family
-def _double_factorial_series(n_terms: int):
-    """Coefficients (highest power first) of sum_n u^n / (2n+1)!!."""
-    coeffs, d = [], 1.0
-    for n in range(n_terms):
-        d = d * (2 * n + 1) if n else 1.0
-        coeffs.append(1.0 / d)
-    return coeffs[::-1]
-
-
-_ERFCX_SERIES = _double_factorial_series(32)
-
-
-def erfcx_pos(z: E) -> E:
-    """exp(z^2) erfc(z) for z >= 0 (or NaN), about 1e-13 relative error.
-
-    z < 2: erf's positive series erf(z) = 2/sqrt(pi) exp(-z^2) z sum (2z^2)^n/(2n+1)!!
-    (no cancellation inside the sum; the final subtraction loses < 4 digits of 16);
-    z >= 2: Laplace's continued fraction, 35 levels evaluated backwards (< 5e-13)."""
-    zz = z * z
-    series = zz.exp() - z * polevl(zz * 2.0, _ERFCX_SERIES) * (2.0 / _SQRT_PI)
-    t = z
-    for k in range(35, 0, -1):
-        t = z + (k / 2.0) / t
-    frac = (1.0 / _SQRT_PI) / t
-    return where(z.g, z.lt(2.0), series, frac)
-
-
-def _erfc_from(x: E, p: E) -> E:
-    """erfc(x) given p = erfcx(|x|)."""
-    pos = p * (-(x * x)).exp()
-    return where(x.g, x.lt(0.0), 2.0 - pos, pos)
 
 
 def erfc_f64(x: E) -> E:
     """erfc(x) in f64 for every x."""
-    return _erfc_from(x, erfcx_pos(x.abs()))
+    return erfc_from(x, erfcx_pos(x.abs()))
 
 
 @aten("special_erfcx")
@@ -85,7 +54,7 @@ def special_log_ndtr(g, self):
     t = x * math.sqrt(0.5)
     p = erfcx_pos(t.abs())
     low = (p * 0.5).log() - t * t
-    high = E(g, log1p_of(g, (_erfc_from(t, p) * -0.5).t))
+    high = E(g, log1p_of(g, (erfc_from(t, p) * -0.5).t))
     return out(g, where(g, x.lt(-1.0), low, high))
 
 

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from op_mappings.special_expr import E, chbevl, float_in, out, polevl, where
+from op_mappings.helpers.special_expr import E, chbevl, float_in, out, polevl, where
 from t2n.registry import aten
 
 INF = float("inf")

@@ -29,9 +29,10 @@ import math
 
 import torch
 
-from op_mappings.math_unary import expm1_of, lgamma_of, log1p_of
-from op_mappings.special import _erfc_from, erfcx_pos
-from op_mappings.special_expr import F64, E, both, either, out, polevl, where
+from op_mappings.helpers.elementwise import expm1_of, log1p_of
+from op_mappings.helpers.gamma import lgamma_of
+from op_mappings.helpers.special_expr import (F64, E, both, either, erfc_from, erfcx_pos, out,
+                                              polevl, where)
 from t2n.registry import aten
 
 INF = float("inf")
@@ -368,7 +369,7 @@ def _temme(a: E, x: E):
     corr = (a * eta * eta * -0.5).exp() * total / (a * (2 * _PI_F32)).sqrt()
     z = eta * (a * 0.5).sqrt()
     p = erfcx_pos(z.abs())
-    return _erfc_from(-z, p) * 0.5 - corr, _erfc_from(z, p) * 0.5 + corr
+    return erfc_from(-z, p) * 0.5 - corr, erfc_from(z, p) * 0.5 + corr
 
 
 def _both(g, a: E, x: E):

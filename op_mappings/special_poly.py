@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from op_mappings.special_expr import F64, E, both, out, where
+from op_mappings.helpers.special_expr import F64, E, both, out, where
 from t2n.registry import aten
 
 INF = float("inf")

@@ -11,7 +11,8 @@ import math
 
 import torch
 
-from op_mappings.math_unary import is_inf, is_nan, select
+from op_mappings.helpers.elementwise import is_inf, is_nan, select
+from op_mappings.helpers.norms import matrix_norm_of, vector_norm_of
 from t2n.registry import aten
 
 
@@ -182,27 +183,6 @@ def aminmax(g, self, dim=None, keepdim=False):
 
 
 # ---------------------------------------------------------------------------- norms
-def vector_norm_of(g, x, ord, axes, keepdim):
-    d = x.dtype
-    ax = g.unary("abs", x)
-    if not axes:
-        if ord == 0:
-            return g.cast(g.binary("ne", x, g.scalar(0.0, d), d, out_dtype=torch.bool), d)
-        return ax
-    if ord == float("inf"):
-        return g.reduce("max_reduce", ax, axes, keepdim)
-    if ord == float("-inf"):
-        return g.reduce("min_reduce", ax, axes, keepdim)
-    if ord == 0:
-        nz = g.cast(g.binary("ne", x, g.scalar(0.0, d), d, out_dtype=torch.bool), d)
-        return g.reduce("sum_reduce", nz, axes, keepdim)
-    if ord == 1:
-        return g.reduce("sum_reduce", ax, axes, keepdim)
-    if ord == 2:
-        return g.unary("sqrt", g.reduce("sum_reduce", g.binary("mul", x, x, d), axes, keepdim))
-    p = float(ord)
-    s = g.reduce("sum_reduce", g.binary("pow", ax, p, d), axes, keepdim)
-    return g.binary("pow", s, 1.0 / p, d)
 
 
 @aten("linalg_vector_norm")
@@ -225,24 +205,7 @@ def norm(g, self, p=2, dim=None, keepdim=False, dtype=None):
 
 @aten("linalg_matrix_norm")
 def linalg_matrix_norm(g, self, ord="fro", dim=(-2, -1), keepdim=False, dtype=None):
-    x = g.cast(self, g.out_dtype())
-    axes = _axes(x, dim)
-    d = x.dtype
-    if ord == "fro":
-        return vector_norm_of(g, x, 2, axes, keepdim)
-    if ord in (1, -1, float("inf"), float("-inf")):
-        # max/min over columns (ord=+-1) or rows (ord=+-inf) of the absolute sums
-        r, c = (d % x.rank for d in dim)  # in dim's order: dim=(1, 0) is the transpose
-        inner, outer = (r, c) if ord in (1, -1) else (c, r)
-        s = g.reduce("sum_reduce", g.unary("abs", x), [inner], keepdim=True)
-        red = "max_reduce" if ord in (1, float("inf")) else "min_reduce"
-        out = g.reduce(red, s, [outer], keepdim=True)
-        del d
-        return out if keepdim else g.squeeze(out, sorted(axes))
-    if ord in ("nuc", 2, -2):
-        from op_mappings.linalg_spectral import spectral_matrix_norm
-        return spectral_matrix_norm(g, x, ord, axes, keepdim)
-    raise g.error(f"matrix norm ord={ord!r} is not supported")
+    return matrix_norm_of(g, g.cast(self, g.out_dtype()), ord, dim, keepdim)
 
 
 @aten("linalg_norm")

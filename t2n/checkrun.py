@@ -28,7 +28,7 @@ class EntryResult:
     status: str  # pass | fail | error
     seconds: float
     message: str = ""
-    export: dict | None = None  # cli.result_dict of the export, when there was one
+    export: dict | None = None  # jsonreport.result_dict of the export, when there was one
     warnings: list[str] = field(default_factory=list)
     log: str = ""
 
@@ -207,7 +207,7 @@ def _child(spec_path: str, result_path: str) -> int:
                 result["message"] = str(exc)
                 report = getattr(exc, "report", None)
                 if report is not None:
-                    from .cli import result_dict
+                    from .jsonreport import result_dict
 
                     result["export"] = result_dict(report)
             else:
@@ -224,8 +224,8 @@ def _convert(e: dict) -> dict:
 
     from . import specs
     from .api import export
-    from .cli import result_dict
     from .errors import UsageError
+    from .jsonreport import result_dict
 
     module, example = specs.load_model(e["model"], trust_pickle=e["trust_pickle"])
     inputs = e["inputs"]

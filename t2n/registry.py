@@ -9,6 +9,7 @@ the walker runs the functional mapping and writes the result back into the mutat
 
 from __future__ import annotations
 
+import importlib
 from typing import Callable
 
 _MAPPINGS: dict[str, Callable] = {}
@@ -60,7 +61,9 @@ def lookup_quantized(name: str) -> Callable | None:
 
 
 def _load() -> None:
-    import op_mappings  # noqa: F401  (importing registers every family)
+    # Importing the mapping package registers every family. Loaded by name: the families
+    # import this module (for ``@aten``), the registry never imports them.
+    importlib.import_module("op_mappings")
 
 
 def lookup(name: str) -> Callable | None:

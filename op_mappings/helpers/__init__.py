@@ -1,0 +1,20 @@
+"""The lowering-helpers layer: building blocks that more than one op family uses.
+
+Op families (``op_mappings/<family>.py``) import only :mod:`t2n.registry`, the builder
+(:mod:`t2n.builder`) and the modules of this package, never each other; helpers import only
+the builder, the registry's types and other helpers (no cycles). A helper takes the graph
+``g`` and builder tensors and emits NNEF ops through the builder; it registers no mapping.
+
+- :mod:`.elementwise`: typed ``select``/``where``, NaN/Inf tests, NaN-propagating min/max,
+  careful ``log1p``/``expm1``, torch's ``sign``;
+- :mod:`.indexing`: element counts, dim sizes, flattening, index normalisation and range
+  checks, slice bounds, the safe ``tract_core_scatter_elements``;
+- :mod:`.matrix`: batched matrix products and ``einsum``;
+- :mod:`.windows`: pooling window geometry;
+- :mod:`.normalization`: batch-norm statistics and per-channel affine;
+- :mod:`.special_expr`, :mod:`.gamma`: the expression layer of the special functions and the
+  gamma-family kernels;
+- :mod:`.small_matrix`, :mod:`.factorizations`, :mod:`.spectral`, :mod:`.norms`: the
+  unrolled small-matrix kernels (LU, Householder QR, Jacobi eigen/SVD) and the norms built
+  on them, shared by the linear-algebra families and ``statistics``.
+"""

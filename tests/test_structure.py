@@ -1,0 +1,152 @@
+"""The layout rules of docs/architecture.md, checked on the source: no import cycle in t2n/
+or op_mappings/, op families never import each other (only the registry, the builder layer
+and op_mappings/helpers), helpers never import a family.
+
+Imports are read with ``ast`` from every statement, including those inside functions (a
+lazy import is still a dependency). ``importlib.import_module("...")`` with a string is
+plugin loading (the registry loading the mapping package, the pass pipeline loading its
+passes) and is not an edge.
+"""
+
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("t2n", "op_mappings")
+# what an op family may import from the engine: the registry and the builder layer
+FAMILY_MAY_IMPORT = {"t2n.registry", "t2n.builder", "t2n.dtypes", "t2n.errors"}
+
+
+def _modules() -> dict[str, str]:
+    """{dotted module name: path} for every .py file under the two packages."""
+    out = {}
+    for pkg in PACKAGES:
+        for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, pkg)):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+            for f in filenames:
+                if f.endswith(".py"):
+                    rel = os.path.relpath(os.path.join(dirpath, f), ROOT)[:-3]
+                    parts = rel.split(os.sep)
+                    if parts[-1] == "__init__":
+                        parts = parts[:-1]
+                    out[".".join(parts)] = os.path.join(dirpath, f)
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_package(mod: str) -> bool:
+    return MODULES[mod].endswith("__init__.py")
+
+
+def _imports(mod: str) -> set[str]:
+    """The modules of the two packages that ``mod`` imports (anywhere in its body)."""
+    tree = ast.parse(open(MODULES[mod], encoding="utf-8").read(), MODULES[mod])
+    here = mod if _is_package(mod) else mod.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module
+            # ``from pkg import sub`` imports the submodule pkg.sub
+            targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in MODULES else source
+                       for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in MODULES:  # ``import a.b.c`` of a name inside a module
+                t = t.rpartition(".")[0]
+            if t and t != mod:
+                out.add(t)
+    return out
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def _family(mod: str) -> str | None:
+    """The op family a module belongs to (``op_mappings.<family>`` or a module of the
+    ``op_mappings/<family>/`` package), None for the helpers layer and the package itself."""
+    parts = mod.split(".")
+    if parts[0] != "op_mappings" or len(parts) < 2 or parts[1] == "helpers":
+        return None
+    return parts[1]
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, comps = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(GRAPH[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(sorted(comp))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    return comps
+
+
+def test_the_checker_sees_the_layout():
+    """Guards the checks below against passing on an empty or misread tree."""
+    assert {"t2n.api", "t2n.walker", "t2n.builder", "t2n.passes", "op_mappings.gather",
+            "op_mappings.helpers.indexing"} <= set(MODULES)
+    assert "t2n.builder" in GRAPH["t2n.walker"]
+    assert "op_mappings.helpers.indexing" in GRAPH["op_mappings.gather"]
+    assert "t2n.passes" in GRAPH["t2n.api"]
+
+
+def test_no_import_cycle():
+    cycles = _cycles()
+    assert not cycles, "import cycles (modules importing each other, directly or not): " + \
+        "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_op_families_import_only_registry_builder_and_helpers():
+    bad = []
+    for mod, deps in sorted(GRAPH.items()):
+        fam = _family(mod)
+        if fam is None:
+            continue
+        for dep in sorted(deps):
+            if dep.startswith("op_mappings.helpers") or dep in FAMILY_MAY_IMPORT:
+                continue
+            if _family(dep) == fam:  # modules of one family package
+                continue
+            bad.append(f"{mod} imports {dep}")
+    assert not bad, ("op families may import only t2n.registry, the builder layer "
+                     f"({', '.join(sorted(FAMILY_MAY_IMPORT))}) and op_mappings.helpers; "
+                     "move a shared helper into op_mappings/helpers/ or call another op's "
+                     "mapping through t2n.registry.lookup:\n  " + "\n  ".join(bad))
+
+
+def test_helpers_never_import_a_family_or_the_engine_above_the_builder():
+    bad = [f"{mod} imports {dep}" for mod, deps in sorted(GRAPH.items())
+           if mod.startswith("op_mappings.helpers") for dep in sorted(deps)
+           if _family(dep) is not None or dep == "op_mappings"
+           or (dep.startswith("t2n") and dep not in FAMILY_MAY_IMPORT)]
+    assert not bad, "helpers sit below the families:\n  " + "\n  ".join(bad)
