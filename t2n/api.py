@@ -15,6 +15,7 @@ from . import streaming as _stream
 from .builder import Graph, safe_identifier
 from .capture import capture, load_torchscript
 from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck, compare
+from .eager import torch_outputs
 from .errors import CheckFailedError, TractError, UsageError
 from .targets import get_target
 from .walker import Walker
@@ -348,28 +349,6 @@ def _sym(name: str):
     import sympy
 
     return sympy.Symbol(name, integer=True, positive=True)
-
-
-def torch_outputs(model, args, input_names=None) -> list[np.ndarray]:
-    """Eager PyTorch outputs, flattened as the export flattens them (``model_io``), without
-    changing the model's mode for good."""
-    binding = model_io.bind(model, args, input_names)
-    was_training = getattr(model, "training", None)
-    try:
-        if isinstance(model, torch.nn.Module):
-            model.train(False)
-        with torch.no_grad():
-            out = binding.call(model)
-    finally:
-        if was_training is not None:
-            model.train(was_training)
-    flat = []
-    for t in model_io.flatten(out)[1]:
-        t = t.detach()
-        if t.dtype == torch.bfloat16:
-            t = t.float()
-        flat.append(t.numpy().copy())
-    return flat
 
 
 def quantization_steps(g, out_names, handles) -> dict[str, float]:

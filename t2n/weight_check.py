@@ -80,7 +80,7 @@ def _tensors(model):
 
 def check_compressed(path: str, model, g, args, out_names, rtol: float, atol: float):
     """(checks against the rounded-weight model, errors against the original model)."""
-    from .api import torch_outputs
+    from .eager import torch_outputs
     from .check import compare
     from .errors import CheckFailedError, TractError
     from .tract_runner import TractRunError, run_in_tract

@@ -14,7 +14,7 @@ import os
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("t2n", "op_mappings")
 # what an op family may import from the engine: the registry and the builder layer
-FAMILY_MAY_IMPORT = {"t2n.registry", "t2n.builder", "t2n.dtypes", "t2n.errors"}
+FAMILY_MAY_IMPORT = {"t2n.registry", "t2n.builder", "t2n.loops", "t2n.dtypes", "t2n.errors"}
 
 
 def _modules() -> dict[str, str]:
