@@ -7,7 +7,6 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from . import dtypes, model_io, passes, weight_formats
