@@ -9,204 +9,32 @@ which take care of tract's quirks once, here:
   silently, so non-f32 constants are emitted typed (:meth:`Graph.const`);
 * there is no implicit promotion between tensors, so operands are cast explicitly.
 
-A :class:`Tensor` is a handle: a name, a shape (ints, or sympy expressions for symbolic
-axes), a torch dtype and, for constants, the known value.
+A :class:`Tensor` (:mod:`t2n.tensors`) is a handle: a name, a shape (ints, or sympy
+expressions for symbolic axes), a torch dtype and, for constants, the known value.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from . import dtypes
 from .errors import ConversionError
-
-Dim = Any  # int or sympy.Expr
-
-
-class Tensor:
-    """A value of the NNEF graph: what a mapping function receives for a tensor argument."""
-
-    __slots__ = ("name", "shape", "dtype", "value", "literal")
-
-    def __init__(self, name: str, shape: Sequence[Dim], dtype: torch.dtype,
-                 value: torch.Tensor | None = None, literal: str | None = None):
-        self.name = name
-        self.shape = tuple(shape)
-        self.dtype = dtype
-        self.value = value  # known constant data (weights, folded constants), else None
-        self.literal = literal  # inline NNEF text for small constants, else None
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    @property
-    def is_const(self) -> bool:
-        return self.value is not None
-
-    def static_shape(self) -> tuple[int, ...] | None:
-        """The shape as plain ints, or None when an axis is symbolic."""
-        if all(isinstance(d, int) for d in self.shape):
-            return self.shape
-        return None
-
-    def __repr__(self) -> str:
-        return f"Tensor({self.name}, {list(self.shape)}, {self.dtype})"
+# The handles (t2n.tensors) and the NNEF spelling of names, dims and values (t2n.nnef_text)
+# live in their own modules; their public names are re-exported here, where mappings,
+# passes and the writer have always imported them from.
+from .nnef_text import IDENT_RE, dim_expr_text, format_dim, format_float  # noqa: F401
+from .nnef_text import _literal_array, _SymDim, format_value, safe_identifier  # noqa: F401
+from .nnef_text import sanitize
+from .tensors import DATA_DEPENDENT_PREFIX, Dim, Op, Tensor, Unavailable, Variable  # noqa: F401
+from .tensors import _python_dtype, _result_type, broadcast_shapes  # noqa: F401
 
 
-class Unavailable:
-    """An output a mapping does not compute (e.g. embedding_bag's offset2bag).
-
-    Harmless while nothing uses it; the walker reports ``op: reason`` at the first node
-    (or model output) that consumes it, so unused extra outputs never block an export."""
-
-    __slots__ = ("op", "reason")
-
-    def __init__(self, op: str, reason: str):
-        self.op = op
-        self.reason = reason
-
-    def __repr__(self) -> str:
-        return f"Unavailable({self.op}: {self.reason})"
-
-
-@dataclass
-class Op:
-    kind: str
-    args: list
-    attrs: dict
-    outputs: list
-    origin: Any = None  # the NodeContext of the aten node that emitted it (None in passes)
-
-
-@dataclass
-class Variable:
-    tensor: Tensor
-    label: str
-    data: torch.Tensor  # written once, straight from its storage
-
-
-_IDENT_BAD_START = re.compile(r"^(inf|true|false|nan)", re.IGNORECASE)
-IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_NNEF_KEYWORDS = {"version", "extension", "graph", "fragment", "tensor", "integer", "scalar",
-                  "logical", "string", "true", "false", "for", "in", "if", "else", "yield",
-                  "length_of", "shape_of", "range_of"}
 MAX_INLINE_ELEMENTS = 8
-# Symbols named so are data-dependent sizes (x[mask]): known only at run time, never writable.
-DATA_DEPENDENT_PREFIX = "t2n_data_"
-
-
-def safe_identifier(name: str) -> bool:
-    """Whether ``name`` can be an NNEF identifier that tract reads back as itself."""
-    return bool(IDENT_RE.match(name)) and not _IDENT_BAD_START.match(name) \
-        and name not in _NNEF_KEYWORDS
-
-
-def sanitize(name: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
-    if not s or not (s[0].isalpha() or s[0] == "_") or not safe_identifier(s):
-        s = "v_" + s
-    return s
-
-
-def format_float(v: float) -> str:
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    r = repr(float(v))
-    if "e" not in r and "." not in r:
-        r += ".0"
-    return r
-
-
-def format_dim(d: Dim) -> str:
-    if isinstance(d, (int, np.integer)):
-        return str(int(d))
-    return dim_expr_text(d)
-
-
-def dim_expr_text(expr) -> str:
-    """A sympy expression over tract symbols, spelled the way tract's TDim parser reads it.
-
-    tract reads integers, symbols, ``+``, ``*``, ``/k`` (floor division by a positive
-    integer), ``max(a,b)``, ``min(a,b)`` and parentheses (probed on tract 0.23.9); ``a-b`` is
-    written ``a+-1*b``. Anything else (a fraction outside a floor, ``%``) is refused."""
-    import sympy
-
-    if isinstance(expr, (int, sympy.Integer)):
-        return str(int(expr))
-    if isinstance(expr, sympy.Symbol):
-        if expr.name.startswith(DATA_DEPENDENT_PREFIX):
-            raise ConversionError("shape", "a size that depends on tensor values (the count of "
-                                  "a boolean mask's true elements) cannot be written into a "
-                                  "shape for tract; compute with it without reading its size")
-        return expr.name
-    if isinstance(expr, (sympy.floor, sympy.ceiling)):
-        num, den = sympy.together(expr.args[0]).as_numer_denom()
-        if den.is_Integer and int(den) > 0:
-            if isinstance(expr, sympy.ceiling):
-                num = sympy.expand(num + int(den) - 1)
-            return f"({dim_expr_text(num)})/{int(den)}" if den != 1 else dim_expr_text(num)
-    if isinstance(expr, (sympy.Max, sympy.Min)):
-        fn = "max" if isinstance(expr, sympy.Max) else "min"
-        text = dim_expr_text(expr.args[0])
-        for a in expr.args[1:]:
-            text = f"{fn}({text},{dim_expr_text(a)})"
-        return text
-    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
-        return "(" + "*".join([dim_expr_text(expr.base)] * int(expr.exp)) + ")"
-    if isinstance(expr, sympy.Add):
-        parts = [dim_expr_text(a) for a in expr.args]
-        return "(" + "+".join(parts) + ")"
-    if isinstance(expr, sympy.Mul) and all(not (a.is_Rational and not a.is_Integer)
-                                           for a in expr.args):
-        return "*".join(dim_expr_text(a) for a in expr.args)
-    raise ConversionError("shape", f"symbolic dimension {expr} cannot be written for tract")
-
-
-def format_value(v: Any) -> str:
-    """An attribute value as NNEF text."""
-    if isinstance(v, Tensor):
-        return v.literal if v.literal is not None else v.name
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    if isinstance(v, (float, np.floating)):
-        return format_float(float(v))
-    if isinstance(v, str):
-        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    if isinstance(v, tuple):
-        return "(" + ", ".join(format_value(x) for x in v) + ")"
-    if isinstance(v, list):
-        return "[" + ", ".join(format_value(x) for x in v) + "]"
-    if isinstance(v, _SymDim):
-        return str(v)
-    if v is None:
-        raise TypeError("None is not an NNEF value")
-    return format_dim(v)
-
-
-def _literal_array(a: np.ndarray, fmt) -> str:
-    if a.ndim == 0:
-        return fmt(a.item())
-    return "[" + ", ".join(_literal_array(x, fmt) for x in a) + "]"
-
-
-def broadcast_shapes(*shapes: Sequence[Dim]) -> tuple:
-    rank = max((len(s) for s in shapes), default=0)
-    out = []
-    for i in range(rank):
-        dims = [s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0]
-        non1 = [d for d in dims if not (isinstance(d, int) and d == 1)]
-        out.append(non1[0] if non1 else 1)
-    return tuple(out)
 
 
 @dataclass
@@ -689,12 +517,6 @@ def _flatten(args) -> list:
     return out
 
 
-def _dim_attr(d):
-    if isinstance(d, (int, np.integer)) and not isinstance(d, bool):
-        return int(d)
-    return _SymDim(d)
-
-
 def _attr(v):
     """Attribute values as given, with symbolic dims wrapped for printing."""
     if isinstance(v, (list, tuple)):
@@ -704,16 +526,6 @@ def _attr(v):
     if v is None:
         return v
     return _SymDim(v)
-
-
-class _SymDim:
-    """A symbolic dimension inside an attribute list (printed as a TDim expression)."""
-
-    def __init__(self, expr):
-        self.expr = expr
-
-    def __str__(self):
-        return format_dim(self.expr)
 
 
 def _ceil_div(n, k):
@@ -729,26 +541,3 @@ def _is_sym(x) -> bool:
     return sympy is not None and isinstance(x, sympy.Basic) and not x.is_number
 
 
-def _python_dtype(value) -> torch.dtype:
-    if isinstance(value, bool):
-        return torch.bool
-    if isinstance(value, int):
-        return torch.int64
-    return torch.float32
-
-
-def _result_type(a, b) -> torch.dtype:
-    """torch's promotion for a tensor/scalar pair (a Python scalar does not widen a tensor
-    of its own kind; a float scalar makes an int tensor float)."""
-    da = a.dtype if isinstance(a, Tensor) else None
-    db = b.dtype if isinstance(b, Tensor) else None
-    if da is not None and db is not None:
-        return torch.promote_types(da, db)
-    if da is None and db is None:
-        return torch.promote_types(_python_dtype(a), _python_dtype(b))
-    d, other = (da, b) if da is not None else (db, a)
-    if isinstance(other, float) and not d.is_floating_point:
-        return torch.get_default_dtype()
-    if isinstance(other, int) and not isinstance(other, bool) and d == torch.bool:
-        return torch.int64
-    return d
