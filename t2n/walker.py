@@ -12,15 +12,14 @@ For every node, in order:
   into its base through the chain of view ops, so the exported graph computes the same final
   values as PyTorch.
 
+TorchScript value reading lives in :mod:`t2n.torchscript`, view tracking and the inverse of
+each view op in :mod:`t2n.views`.
+
 Problems do not stop the walk: each unsupported op or case is recorded with its source
 location and the values it would have produced are poisoned, so one run reports all of them.
 """
 
 from __future__ import annotations
-
-import os
-import sys
-from dataclasses import dataclass
 
 import torch
 
@@ -28,18 +27,12 @@ from . import dtypes, registry
 from .folding import FoldedStorage, number_as_tensor
 from .builder import Graph, NodeContext, Tensor, Unavailable
 from .errors import ConversionError, UnsupportedOperatorsError
+from .torchscript import (_flat, _has_symbols, _is_number, _is_symbolic, _py, _symbolic_shapes,
+                          _ts_dtype, _ts_sizes, _ts_strides, _Unsupported, scalar_type,
+                          source_location)
+from .views import LIST_VIEW_OPS, VIEW_OPS, _list_view_chain, _scatter_view, _View
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_T2N_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# View ops whose result aliases their input: writes into the result must reach the base.
-VIEW_OPS = {"slice", "select", "narrow", "view", "reshape", "_unsafe_view", "transpose",
-            "permute", "t", "unsqueeze", "squeeze", "alias", "detach", "diagonal", "expand",
-            "as_strided", "unflatten", "flatten", "view_as", "reshape_as", "expand_as",
-            "unfold", "movedim", "swapaxes", "swapdims", "numpy_T", "contiguous"}
-# Ops returning a list of views of their input (registered when the list is unpacked).
-LIST_VIEW_OPS = {"split", "split_with_sizes", "chunk", "unbind", "unsafe_split",
-                 "unsafe_chunk", "tensor_split"}
 # Ops that must not be folded even when their inputs are constants.
 _NON_DETERMINISTIC = {"rand", "randn", "randint", "rand_like", "randn_like", "randint_like",
                       "bernoulli", "bernoulli_", "normal", "normal_", "uniform_", "multinomial",
@@ -59,31 +52,6 @@ class _Poison:
 
 
 POISON = _Poison()
-
-
-@dataclass
-class _View:
-    base: object  # the TorchScript value of the root tensor
-    chain: list  # [(op name, resolved args after self)]
-    version: int
-
-
-def source_location(node) -> str | None:
-    """``file.py:LINE`` of the user's code that emitted ``node`` (first frame outside torch)."""
-    try:
-        text = node.sourceRange()
-    except Exception:
-        return None
-    for line in text.splitlines():
-        line = line.strip()
-        if "(" not in line or "):" not in line:
-            continue
-        path, rest = line.split("(", 1)
-        lineno = rest.split(")", 1)[0]
-        if path.startswith(_TORCH_DIR) or path.startswith(_T2N_DIR + os.sep + "t2n"):
-            continue
-        return f"{os.path.basename(path)}:{lineno}"
-    return None
 
 
 class Walker:
@@ -510,72 +478,6 @@ class Walker:
         return _scatter_view(self.g, name, base, new_inner, args)
 
 
-def _scatter_view(g: Graph, name: str, base: Tensor, src: Tensor, args: list) -> Tensor:
-    """The inverse of a view op: ``base`` with the viewed part replaced by ``src``."""
-    if name in ("alias", "detach", "contiguous"):
-        return src
-    if name in ("view", "reshape", "_unsafe_view", "unflatten", "flatten", "view_as",
-                "reshape_as", "squeeze", "unsqueeze"):
-        return g.reshape(src, base.shape)
-    if name in ("transpose", "swapaxes", "swapdims"):
-        d0, d1 = args[0] % base.rank, args[1] % base.rank
-        perm = list(range(base.rank))
-        perm[d0], perm[d1] = perm[d1], perm[d0]
-        return g.transpose(src, perm)
-    if name in ("t", "numpy_T"):
-        return g.transpose(src, list(range(base.rank))[::-1])
-    if name in ("movedim", "moveaxis"):
-        moved = [d % base.rank for d in _as_list(args[0])]
-        perm = [None] * base.rank
-        for s, d in zip(moved, (d % base.rank for d in _as_list(args[1]))):
-            perm[d] = s
-        rest = iter(i for i in range(base.rank) if i not in moved)
-        perm = [p if p is not None else next(rest) for p in perm]
-        return g.transpose(src, [perm.index(i) for i in range(base.rank)])
-    if name == "permute":
-        perm = [d % base.rank for d in args[0]]
-        inv = [0] * len(perm)
-        for i, p in enumerate(perm):
-            inv[p] = i
-        return g.transpose(src, inv)
-    if name in ("slice", "select", "diagonal", "narrow"):
-        scatter = {"slice": "slice_scatter", "select": "select_scatter",
-                   "diagonal": "diagonal_scatter", "narrow": "slice_scatter"}[name]
-        fn = registry.lookup(scatter)
-        if fn is None:
-            raise _Unsupported(f"writing into a {name} view needs aten::{scatter}")
-        if name == "narrow":
-            dim, start, length = args
-            dim = dim % base.rank
-            start = start % base.shape[dim] if isinstance(start, int) and start < 0 else start
-            return fn(g, base, src, dim, start, start + length, 1)
-        return fn(g, base, src, *args)
-    raise _Unsupported(f"writing into the result of aten::{name} is not supported")
-
-
-class _Unsupported(Exception):
-    pass
-
-
-def _as_list(x) -> list:
-    return [x] if isinstance(x, int) else list(x)
-
-
-def _list_view_chain(name: str, args: list, parts: list) -> list:
-    """For each tensor a split/chunk/unbind returns, the view op that gives it from the
-    input: ``("select", [dim, k])`` for unbind, ``("slice", [dim, start, end, 1])`` else."""
-    at = 1 if name == "unbind" else 2  # position of ``dim`` in the schema
-    dim = args[at] if len(args) > at else 0
-    axis = dim % args[0].rank
-    if name == "unbind":
-        return [("select", [axis, k]) for k in range(len(parts))]
-    links, start = [], 0
-    for p in parts:
-        links.append(("slice", [axis, start, start + p.shape[axis], 1]))
-        start = start + p.shape[axis]
-    return links
-
-
 def _pruned_label(name: str, labels: list[str]) -> str | None:
     """The label of a folded tensor: its first labelled input's, except that the product
     ``<p>.<w>_orig * <p>.<w>_mask`` that a torch.nn.utils.prune hook computes is the weight
@@ -585,102 +487,6 @@ def _pruned_label(name: str, labels: list[str]) -> str | None:
         if a.endswith("_orig") and b.endswith("_mask") and a[:-5] == b[:-5]:
             return a[:-5]
     return labels[0] if labels else None
-
-
-_SCALAR_TYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-                 torch.float32, torch.float64, torch.complex32, torch.complex64,
-                 torch.complex128, torch.bool, None, None, None, torch.bfloat16]
-
-
-def scalar_type(code: int) -> torch.dtype:
-    """TorchScript passes dtypes as ScalarType codes; mappings get torch dtypes."""
-    try:
-        dt = _SCALAR_TYPES[code]
-    except IndexError:
-        dt = None
-    if dt is None:
-        raise _Unsupported(f"dtype code {code} is not supported")
-    return dt
-
-
-def _flat(xs) -> list:
-    out = []
-    for x in xs:
-        if isinstance(x, (list, tuple)):
-            out.extend(_flat(x))
-        else:
-            out.append(x)
-    return out
-
-
-def _is_symbolic(x) -> bool:
-    # Looked up, not imported: no sympy value exists before something imported sympy, and
-    # importing it (0.5 s) would tax every export of a static model.
-    sympy = sys.modules.get("sympy")
-    if sympy is None:
-        return False
-    return isinstance(x, sympy.Basic) and not x.is_number
-
-
-def _has_symbols(inputs) -> bool:
-    for x in _flat(inputs):
-        if _is_symbolic(x):
-            return True
-        if isinstance(x, Tensor) and any(not isinstance(d, int) for d in x.shape):
-            return True
-    return False
-
-
-def _symbolic_shapes(ts_inputs, inputs):
-    """The symbolic shape engine when some input has a dynamic axis, else None."""
-    hints = {}
-    for v, t in zip(ts_inputs, inputs):
-        sizes = _ts_sizes(v) if isinstance(t, Tensor) else None
-        for i, d in enumerate(getattr(t, "shape", ())):
-            if _is_symbolic(d) and sizes is not None:
-                hints[d] = sizes[i]
-    if not hints:
-        return None
-    from .dynamic import SymbolicShapes
-
-    return SymbolicShapes(hints)
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float, bool)) or (isinstance(x, torch.Tensor) and x.dim() == 0)
-
-
-def _py(x):
-    if isinstance(x, torch.Tensor):
-        return x.item()
-    return x
-
-
-def _ts_dtype(v):
-    t = v.type()
-    if t.kind() == "TensorType":
-        return t.dtype()
-    return None
-
-
-def _ts_strides(v):
-    t = v.type()
-    if t.kind() == "TensorType":
-        try:
-            return t.strides()
-        except RuntimeError:
-            return None
-    return None
-
-
-def _ts_sizes(v):
-    t = v.type()
-    if t.kind() == "TensorType":
-        try:
-            return t.sizes()
-        except RuntimeError:
-            return None
-    return None
 
 
 def _strip_path(path: str, prefix: str) -> str:
