@@ -1,6 +1,6 @@
-"""Rearranging data: roll, flip, rot90, repeat, tile, repeat_interleave,
-unfold, pixel_shuffle, channel_shuffle, meshgrid, broadcast_tensors, the split family,
-the stack family, diagonal matrices, and the ``*_copy`` aliases of view ops.
+"""Rearranging data: roll, flip, rot90, repeat, tile, repeat_interleave, unfold,
+pixel_shuffle, channel_shuffle, diagonal matrices, fftshift, im2col, as_strided, and the
+``*_copy`` aliases of view ops. Grids, splits and stacks are in ``stacking.py``.
 
 Index-based rearrangements (flip, repeat_interleave, unfold) gather with a constant index
 tensor: one op whatever the size, the index stored as data.
@@ -8,23 +8,12 @@ tensor: one op whatever the size, the index stored as data.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import torch
 
+from op_mappings.helpers.indexing import gather_const, static_numel, static_size
 from t2n import registry
 from t2n.registry import aten
-
-
-def _static(g, n, what):
-    if not isinstance(n, int):
-        raise g.error(f"{what} on a dynamic axis is not supported")
-    return n
-
-
-def _gather_const(g, x, axis, index):
-    return g.gather(x, g.const(torch.as_tensor(np.asarray(index, dtype=np.int64))), axis)
 
 
 # ---------------------------------------------------------------------------- reorder
@@ -65,19 +54,12 @@ def roll(g, self, shifts, dims=()):
     shifts = [shifts] if isinstance(shifts, int) else list(shifts)
     dims = [dims] if isinstance(dims, int) else list(dims)
     if not dims:
-        flat = g.reshape(self, [_numel(g, self)])
+        flat = g.reshape(self, [static_numel(g, self)])
         return g.reshape(roll_axis(g, flat, shifts[0], 0), list(self.shape))
     x = self
     for s, d in zip(shifts, dims):
         x = roll_axis(g, x, s, d % self.rank)
     return x
-
-
-def _numel(g, x):
-    n = 1
-    for d in x.shape:
-        n = n * _static(g, d, "flattening")
-    return n
 
 
 def flip_axis(g, x, axis):
@@ -87,7 +69,7 @@ def flip_axis(g, x, axis):
         return g.gather(x, idx, axis)
     if n <= 1:
         return x
-    return _gather_const(g, x, axis, np.arange(n - 1, -1, -1))
+    return gather_const(g, x, axis, np.arange(n - 1, -1, -1))
 
 
 @aten("flip")
@@ -148,12 +130,12 @@ def repeat_interleave(g, self, repeats=None, dim=None, output_size=None):
         raise g.error("repeat_interleave(repeats) alone has a data-dependent size")
     x = self
     if dim is None:
-        x = g.reshape(x, [_numel(g, x)])
+        x = g.reshape(x, [static_numel(g, x)])
         dim = 0
     axis = dim % x.rank
     if isinstance(repeats, int) and not isinstance(x.shape[axis], int):
         return g.repeat_each(x, axis, repeats)  # one count on a dynamic axis
-    n = _static(g, x.shape[axis], "repeat_interleave")
+    n = static_size(g, x.shape[axis], "repeat_interleave")
     if hasattr(repeats, "rank"):
         if not repeats.is_const:
             raise g.error("repeats given as a runtime tensor: the output size depends on data")
@@ -162,7 +144,7 @@ def repeat_interleave(g, self, repeats=None, dim=None, output_size=None):
         reps = [repeats]
     if len(reps) == 1:
         reps = reps * n
-    return _gather_const(g, x, axis, np.repeat(np.arange(n), reps))
+    return gather_const(g, x, axis, np.repeat(np.arange(n), reps))
 
 
 @aten("unfold")
@@ -170,10 +152,10 @@ def unfold(g, self, dimension, size, step):
     if self.rank == 0:
         return g.reshape(self, [1])
     axis = dimension % self.rank
-    n = _static(g, self.shape[axis], "unfold")
+    n = static_size(g, self.shape[axis], "unfold")
     nw = (n - size) // step + 1
     index = np.arange(nw)[:, None] * step + np.arange(size)[None, :]
-    y = _gather_const(g, self, axis, index)  # [..., nw, size, ...]
+    y = gather_const(g, self, axis, index)  # [..., nw, size, ...]
     perm = list(range(y.rank))
     perm.pop(axis + 1)
     perm.append(axis + 1)
@@ -214,214 +196,6 @@ def channel_shuffle(g, self, groups):
     return g.reshape(x, [n, c] + rest)
 
 
-# ---------------------------------------------------------------------------- grids
-@aten("meshgrid")
-def meshgrid(g, tensors, indexing="ij"):
-    ts = [g.reshape(t, [1]) if t.rank == 0 else t for t in tensors]
-    sizes = [t.shape[0] for t in ts]
-    order = list(range(len(ts)))
-    if indexing == "xy" and len(ts) >= 2:
-        order[0], order[1] = 1, 0
-    shape = [sizes[order[k]] for k in range(len(ts))]
-    outs = []
-    for i, t in enumerate(ts):
-        pos = order.index(i)
-        view = [1] * len(ts)
-        view[pos] = sizes[i]
-        outs.append(g.broadcast_to(g.reshape(t, view), shape))
-    return outs
-
-
-@aten("broadcast_tensors")
-def broadcast_tensors(g, tensors):
-    from t2n.builder import broadcast_shapes
-
-    shape = list(broadcast_shapes(*(t.shape for t in tensors)))
-    return [g.broadcast_to(t, shape) for t in tensors]
-
-
-@aten("cartesian_prod")
-def cartesian_prod(g, tensors):
-    if len(tensors) == 1:
-        return tensors[0]
-    grids = meshgrid(g, tensors, "ij")
-    n = 1
-    for t in tensors:
-        n *= _static(g, t.shape[0], "cartesian_prod")
-    cols = [g.reshape(x, [n, 1]) for x in grids]
-    return g.concat(cols, 1)
-
-
-@aten("combinations")
-def combinations(g, self, r=2, with_replacement=False):
-    n = _static(g, self.shape[0], "combinations")
-    fn = itertools.combinations_with_replacement if with_replacement else itertools.combinations
-    idx = np.array(list(fn(range(n), r)), dtype=np.int64).reshape(-1, r)
-    if idx.shape[0] == 0:
-        raise g.error("combinations with an empty result")
-    return _gather_const(g, self, 0, idx)
-
-
-# ---------------------------------------------------------------------------- splits
-def _split_at(g, x, axis, bounds):
-    outs = []
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        outs.append(g.slice(x, axis, a, b))
-    return outs
-
-
-@aten("tensor_split")
-def tensor_split(g, self, indices_or_sections, dim=0):
-    axis = dim % self.rank
-    n = _static(g, self.shape[axis], "tensor_split")
-    ios = indices_or_sections
-    if hasattr(ios, "rank"):
-        if not ios.is_const:
-            raise g.error("split points given as a runtime tensor")
-        ios = ios.value.tolist()
-    if isinstance(ios, int):
-        q, r = divmod(n, ios)
-        sizes = [q + 1] * r + [q] * (ios - r)
-        bounds = [0] + list(itertools.accumulate(sizes))
-    else:
-        pts = [min(max(p if p >= 0 else p + n, 0), n) for p in ios]
-        bounds = [0] + pts + [n]
-        bounds = [bounds[0]] + [max(b, a) for a, b in zip(bounds[:-1], bounds[1:])]
-    return _split_at(g, self, axis, bounds)
-
-
-def _dsplit(g, self, sections, axis):
-    if isinstance(sections, int):
-        n = _static(g, self.shape[axis], "split")
-        if n % sections:
-            raise g.error("the axis is not divisible by the number of sections")
-    return tensor_split(g, self, sections, axis)
-
-
-@aten("hsplit")
-def hsplit(g, self, sections):
-    return _dsplit(g, self, sections, 0 if self.rank == 1 else 1)
-
-
-@aten("vsplit")
-def vsplit(g, self, sections):
-    return _dsplit(g, self, sections, 0)
-
-
-@aten("dsplit")
-def dsplit(g, self, sections):
-    return _dsplit(g, self, sections, 2)
-
-
-# ---------------------------------------------------------------------------- stacks
-def _atleast(g, t, n):
-    if t.rank >= n:
-        return t
-    if n == 1:
-        return g.reshape(t, [1])
-    if n == 2:
-        return g.reshape(t, [1] + list(t.shape) if t.rank == 1 else [1, 1])
-    if t.rank == 0:
-        return g.reshape(t, [1, 1, 1])
-    if t.rank == 1:
-        return g.reshape(t, [1, t.shape[0], 1])
-    return g.reshape(t, list(t.shape) + [1])
-
-
-def _atleast_fn(n):
-    def fn(g, self):
-        if isinstance(self, (list, tuple)):
-            return [_atleast(g, t, n) for t in self]
-        return _atleast(g, self, n)
-
-    return fn
-
-
-aten("atleast_1d")(_atleast_fn(1))
-aten("atleast_2d")(_atleast_fn(2))
-aten("atleast_3d")(_atleast_fn(3))
-
-
-def _cat(g, ts, axis):
-    dtype = g.out_dtype()
-    return g.concat([g.cast(t, dtype) for t in ts], axis)
-
-
-@aten("hstack")
-def hstack(g, tensors):
-    ts = [_atleast(g, t, 1) for t in tensors]
-    return _cat(g, ts, 0 if ts[0].rank == 1 else 1)
-
-
-@aten("vstack", "row_stack")
-def vstack(g, tensors):
-    return _cat(g, [_atleast(g, t, 2) for t in tensors], 0)
-
-
-@aten("dstack")
-def dstack(g, tensors):
-    return _cat(g, [_atleast(g, t, 3) for t in tensors], 2)
-
-
-@aten("column_stack")
-def column_stack(g, tensors):
-    cols = []
-    for t in tensors:
-        if t.rank <= 1:
-            t = g.reshape(t, [t.shape[0] if t.rank else 1, 1])
-        cols.append(t)
-    return _cat(g, cols, 1)
-
-
-@aten("ravel")
-def ravel(g, self):
-    return g.reshape(self, [_numel(g, self)])
-
-
-@aten("mT", "mH", "adjoint")
-def mT(g, self):
-    perm = list(range(self.rank))
-    perm[-1], perm[-2] = perm[-2], perm[-1]
-    return g.transpose(self, perm)
-
-
-@aten("sum_to_size")
-def sum_to_size(g, self, size):
-    size = list(size)
-    lead = self.rank - len(size)
-    axes = list(range(lead)) + [lead + i for i, s in enumerate(size)
-                                if s == 1 and self.shape[lead + i] != 1]
-    if not axes:
-        return self
-    r = g.reduce("sum_reduce", self, axes, keepdim=True)
-    return g.reshape(r, size)
-
-
-@aten("diff")
-def diff(g, self, n=1, dim=-1, prepend=None, append=None):
-    axis = dim % self.rank
-    x = self
-    parts = [p for p in (prepend, x, append) if p is not None]
-    if len(parts) > 1:
-        x = g.concat([g.cast(p, self.dtype) for p in parts], axis)
-    for _ in range(n):
-        m = x.shape[axis]
-        if isinstance(m, int) and m == 0:
-            break
-        if isinstance(m, int):
-            hi, lo = g.slice(x, axis, 1, m), g.slice(x, axis, 0, m - 1)
-        else:  # a dynamic axis may be shorter than n: keep the bounds in range
-            import sympy
-
-            hi = g.slice(x, axis, sympy.Min(1, m), m)
-            lo = g.slice(x, axis, 0, sympy.Max(m - 1, 0))
-        if x.dtype == torch.bool:
-            x = g.binary("tract_core_xor", hi, lo, torch.bool)
-        else:
-            x = g.binary("sub", hi, lo, x.dtype)
-    return x
-
-
 # ---------------------------------------------------------------------------- diagonals
 def _eye_mask(n_rows, n_cols, offset):
     return torch.from_numpy(np.eye(n_rows, n_cols, k=offset, dtype=bool))
@@ -440,7 +214,7 @@ def _diag_values(g, v, offset, lead, m):
 @aten("diag")
 def diag(g, self, diagonal=0):
     if self.rank == 1:
-        n = _static(g, self.shape[0], "diag")
+        n = static_size(g, self.shape[0], "diag")
         m = n + abs(diagonal)
         vals = _diag_values(g, self, diagonal, [], m)
         mask = g.const(_eye_mask(m, m, diagonal))
@@ -454,12 +228,12 @@ def diag(g, self, diagonal=0):
 
 @aten("diagflat")
 def diagflat(g, self, offset=0):
-    return diag(g, g.reshape(self, [_numel(g, self)]), offset)
+    return diag(g, g.reshape(self, [static_numel(g, self)]), offset)
 
 
 @aten("diag_embed")
 def diag_embed(g, self, offset=0, dim1=-2, dim2=-1):
-    n = _static(g, self.shape[-1], "diag_embed")
+    n = static_size(g, self.shape[-1], "diag_embed")
     m = n + abs(offset)
     out_rank = self.rank + 1
     d1, d2 = dim1 % out_rank, dim2 % out_rank
@@ -479,7 +253,7 @@ def diag_embed(g, self, offset=0, dim1=-2, dim2=-1):
 @aten("trace")
 def trace(g, self):
     n0, n1 = self.shape
-    n = min(_static(g, n0, "trace"), _static(g, n1, "trace"))
+    n = min(static_size(g, n0, "trace"), static_size(g, n1, "trace"))
     mask = g.const(_eye_mask(n0, n1, 0))
     zero = g.broadcast_to(g.scalar(0, self.dtype), [n0, n1])
     picked = g.op("select", mask, self, zero, out_shape=[n0, n1])
@@ -499,11 +273,11 @@ def block_diag(g, tensors):
         elif t.rank == 1:
             t = g.reshape(t, [1, t.shape[0]])
         blocks.append(t)
-    total_cols = sum(_static(g, b.shape[1], "block_diag") for b in blocks)
+    total_cols = sum(static_size(g, b.shape[1], "block_diag") for b in blocks)
     rows, col = [], 0
     for b in blocks:
         w = b.shape[1]
-        if _static(g, b.shape[0], "block_diag") == 0:
+        if static_size(g, b.shape[0], "block_diag") == 0:
             col += w
             continue
         rows.append(g.op("pad", b, padding=[(0, 0), (col, total_cols - col - w)],
@@ -544,7 +318,7 @@ def _shift_all(g, x, dim, sign):
     dims = range(x.rank) if dim is None else ([dim] if isinstance(dim, int) else dim)
     for d in dims:
         axis = d % x.rank
-        n = _static(g, x.shape[axis], "fftshift")
+        n = static_size(g, x.shape[axis], "fftshift")
         x = roll_axis(g, x, sign * (n // 2), axis)
     return x
 
@@ -579,8 +353,8 @@ def im2col(g, self, kernel_size, dilation, padding, stride):
     ow = (wp - dw * (kw - 1) - 1) // sw + 1
     ih = np.arange(kh)[:, None] * dh + np.arange(oh)[None, :] * sh  # [kh, oh]
     iw = np.arange(kw)[:, None] * dw + np.arange(ow)[None, :] * sw  # [kw, ow]
-    y = _gather_const(g, x, 2, ih)  # [n, c, kh, oh, wp]
-    y = _gather_const(g, y, 4, iw)  # [n, c, kh, oh, kw, ow]
+    y = gather_const(g, x, 2, ih)  # [n, c, kh, oh, wp]
+    y = gather_const(g, y, 4, iw)  # [n, c, kh, oh, kw, ow]
     y = g.transpose(y, [0, 1, 2, 4, 3, 5])  # [n, c, kh, kw, oh, ow]
     y = g.reshape(y, [n, c * kh * kw, oh * ow])
     return y if self.rank == 4 else g.squeeze(y, [0])
@@ -621,7 +395,7 @@ def _as_strided_index(g, self, size, stride, storage_offset):
 def as_strided(g, self, size, stride, storage_offset=None):
     idx, numel = _as_strided_index(g, self, list(size), list(stride), storage_offset)
     flat = g.reshape(self, [numel])
-    return _gather_const(g, flat, 0, idx)
+    return gather_const(g, flat, 0, idx)
 
 
 @aten("as_strided_scatter")
@@ -634,29 +408,3 @@ def as_strided_scatter(g, self, src, size, stride, storage_offset=None):
     return g.reshape(out, list(self.shape))
 
 
-@aten("_chunk_cat")
-def _chunk_cat(g, tensors, dim, num_chunks):
-    """Each tensor zero-padded along ``dim`` to a multiple of ``num_chunks``, viewed as
-    ``[*lead, num_chunks, -1]`` (chunk k holds rows ``k*c .. (k+1)*c`` with what follows them
-    flattened), then all concatenated on the last axis (PyTorch's decomposition)."""
-    tensors = list(tensors)
-    if num_chunks < 1 or not tensors:
-        raise g.error("num_chunks must be positive and tensors non-empty")
-    if len({t.rank for t in tensors}) == 1:
-        dim = dim % tensors[0].rank
-    elif dim < 0:
-        raise g.error("dim: must be non-negative when the tensors differ in rank")
-    parts = []
-    for t in tensors:
-        sizes = t.shape[dim:]
-        if not all(isinstance(n, int) for n in sizes):
-            raise g.error(f"tensors: the axes from dim {dim} on must be static, got {sizes}")
-        n = sizes[0]
-        padded = (n + num_chunks - 1) // num_chunks * num_chunks
-        if padded != n:
-            zshape = list(t.shape)
-            zshape[dim] = padded - n
-            t = g.concat([t, g.broadcast_to(g.scalar(0, t.dtype), zshape)], dim)
-        rest = padded * int(np.prod(sizes[1:], dtype=np.int64)) // num_chunks
-        parts.append(g.reshape(t, list(t.shape[:dim]) + [num_chunks, rest]))
-    return g.concat(parts, dim + 1)

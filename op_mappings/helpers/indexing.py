@@ -5,6 +5,7 @@ checks, PyTorch's slice-bound clamping, boolean-mask positions, and a safe
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from t2n.builder import DATA_DEPENDENT_PREFIX
@@ -205,3 +206,23 @@ def neutral(g, reduce: str, dtype: torch.dtype):
         return g.scalar(float("-inf") if reduce == "amax" else float("inf"), dtype)
     info = torch.iinfo(dtype)
     return g.scalar(info.min if reduce == "amax" else info.max, dtype)
+
+
+def static_size(g, n, what):
+    """``n`` if it is a static size, else refuse ``what`` on a dynamic axis."""
+    if not isinstance(n, int):
+        raise g.error(f"{what} on a dynamic axis is not supported")
+    return n
+
+
+def gather_const(g, x, axis, index):
+    """``x`` gathered along ``axis`` with a constant (stored) int64 index."""
+    return g.gather(x, g.const(torch.as_tensor(np.asarray(index, dtype=np.int64))), axis)
+
+
+def static_numel(g, x):
+    """The element count of ``x``, which must have static axes (for flattening)."""
+    n = 1
+    for d in x.shape:
+        n = n * static_size(g, d, "flattening")
+    return n
