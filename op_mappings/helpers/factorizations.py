@@ -168,3 +168,10 @@ def apply_q(g, refl, taus, c, transpose):
     for i in (order if transpose else reversed(order)):
         c = reflect(g, c, M.cols(g, refl, i, i + 1), taus[i], i)
     return c
+
+
+def info_out(g, info, batch):
+    """PyTorch's int32 ``info`` of shape ``batch`` from a kernel's ``[..., 1, 1]`` (0: none)."""
+    if info is None:
+        return g.broadcast_to(g.scalar(0, torch.int32), list(batch))
+    return g.cast(g.squeeze(info, [info.rank - 2, info.rank - 1]), torch.int32)
