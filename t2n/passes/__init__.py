@@ -24,7 +24,9 @@ the rewrite it documents), and must leave a graph the writer can serialise: tens
 removes are no longer used by any op, tensors it adds are made with the builder API.
 
 Adding a pass: write ``t2n/passes/<name>.py`` defining ``PASS``, and add ``"<name>"`` to
-:data:`PIPELINE` at the place where it must run. Nothing else registers it.
+:data:`PIPELINE` at the place where it must run. Nothing else registers it. A module of this
+package that is not named in :data:`PIPELINE` is a helper of a pass (``channels`` for
+``compact``) and defines no ``PASS``.
 """
 
 from __future__ import annotations

@@ -36,48 +36,9 @@ import torch
 
 from ..builder import Graph, Op, Tensor
 from . import GraphPass, PassContext
-
-# Element-wise NNEF ops, evaluated with torch on the per-channel constants of a zeroed
-# channel: fn(operands, attrs). An op not listed here ends the chain (nothing compacted).
-_F = torch.nn.functional
-_ELEMENTWISE = {
-    "copy": lambda x, a: x[0], "relu": lambda x, a: torch.relu(x[0]),
-    "sigmoid": lambda x, a: torch.sigmoid(x[0]), "tanh": lambda x, a: torch.tanh(x[0]),
-    "neg": lambda x, a: -x[0], "abs": lambda x, a: x[0].abs(),
-    "exp": lambda x, a: torch.exp(x[0]), "log": lambda x, a: torch.log(x[0]),
-    "sqrt": lambda x, a: torch.sqrt(x[0]), "rsqrt": lambda x, a: torch.rsqrt(x[0]),
-    "recip": lambda x, a: torch.reciprocal(x[0]), "rcp": lambda x, a: torch.reciprocal(x[0]),
-    "sqr": lambda x, a: torch.square(x[0]), "square": lambda x, a: torch.square(x[0]),
-    "floor": lambda x, a: torch.floor(x[0]), "ceil": lambda x, a: torch.ceil(x[0]),
-    "sign": lambda x, a: torch.sign(x[0]),
-    "sin": lambda x, a: torch.sin(x[0]), "cos": lambda x, a: torch.cos(x[0]),
-    "tract_core_erf": lambda x, a: torch.erf(x[0]),
-    "tract_core_is_nan": lambda x, a: torch.isnan(x[0]),
-    "tract_core_silu": lambda x, a: _F.silu(x[0]),
-    "tract_core_hard_swish": lambda x, a: _F.hardswish(x[0]),
-    "softplus": lambda x, a: torch.log(torch.exp(x[0]) + 1),
-    "elu": lambda x, a: torch.where(x[0] > 0, x[0], float(a.get("alpha", 1.0))
-                                    * torch.expm1(x[0])),
-    "leaky_relu": lambda x, a: torch.where(x[0] >= 0, x[0], float(a.get("alpha", 0.01))
-                                           * x[0]),
-    "tract_core_cast": lambda x, a: x[0],  # the result is cast to the output dtype
-    "add": lambda x, a: x[0] + x[1], "sub": lambda x, a: x[0] - x[1],
-    "mul": lambda x, a: x[0] * x[1], "div": lambda x, a: x[0] / x[1],
-    "min": lambda x, a: torch.minimum(x[0], x[1]), "max": lambda x, a: torch.maximum(x[0], x[1]),
-    "pow": lambda x, a: torch.pow(x[0], x[1]),
-    "lt": lambda x, a: x[0] < x[1], "gt": lambda x, a: x[0] > x[1],
-    "le": lambda x, a: x[0] <= x[1], "ge": lambda x, a: x[0] >= x[1],
-    "eq": lambda x, a: x[0] == x[1], "ne": lambda x, a: x[0] != x[1],
-    "and": lambda x, a: x[0] & x[1], "or": lambda x, a: x[0] | x[1],
-    "not": lambda x, a: ~x[0],
-    "select": lambda x, a: torch.where(x[0], x[1], x[2]),
-    "clamp": lambda x, a: torch.minimum(torch.maximum(x[0], x[1]), x[2]),
-    "batch_normalization": lambda x, a: (x[0] - x[1]) / torch.sqrt(
-        x[2] + float(a.get("epsilon", 0.0))) * x[4] + x[3],
-}
-_ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "min": 2, "max": 2, "pow": 2, "lt": 2,
-          "gt": 2, "le": 2, "ge": 2, "eq": 2, "ne": 2, "and": 2, "or": 2, "select": 3,
-          "clamp": 3, "batch_normalization": 5}
+from .channels import (ARITY, ELEMENTWISE, conv_bias, is_const, is_output, linear_bias_add,
+                       linear_weight, op_order, per_channel, set_conv_bias, tensor_uses,
+                       variable_label, weight_layers)
 
 
 @dataclass
@@ -109,12 +70,12 @@ def compact_pass(g: Graph, ctx: PassContext) -> None:
     compact = bool(ctx.options.get("compact", False))
     if not compact and not _has_pruning(ctx.model):
         return
-    uses = _uses(g)
-    stats = {id(op): _layer_stats(g, op, uses) for op in _weight_layers(g)}
+    uses = tensor_uses(g)
+    stats = {id(op): _layer_stats(g, op, uses) for op in weight_layers(g)}
     if compact:
         compact_graph(g)
-        uses = _uses(g)
-    for op in _weight_layers(g):
+        uses = tensor_uses(g)
+    for op in weight_layers(g):
         if id(op) in stats:
             stats[id(op)].channels_after, stats[id(op)].params_after = _size(g, op, uses)
     layers = list(stats.values())
@@ -140,71 +101,10 @@ def _has_pruning(model) -> bool:
 
 
 # ---------------------------------------------------------------------------- layers
-def _weight_layers(g: Graph) -> list[Op]:
-    out = []
-    for op in g.live_ops():
-        if op.kind == "conv" and len(op.args) >= 2 and _const(op.args[1]):
-            out.append(op)
-        elif op.kind == "matmul" and _linear_weight(op) is not None:
-            out.append(op)
-    return out
-
-
-def _const(t) -> bool:
-    return isinstance(t, Tensor) and t.is_const
-
-
-def _linear_weight(op: Op):
-    """(weight, out axis of the weight) of ``x @ W`` / ``x @ W^T`` with a constant 2-D-like W."""
-    if len(op.args) < 2 or not isinstance(op.args[0], Tensor) or not _const(op.args[1]):
-        return None
-    if op.attrs.get("transposeA", False):
-        return None
-    w = op.args[1]
-    if w.rank < 2 or any(d != 1 for d in w.shape[:-2]):
-        return None
-    return w, (w.rank - 2 if op.attrs.get("transposeB", False) else w.rank - 1)
-
-
-def _conv_bias(op: Op):
-    """The conv bias argument (a constant), or None when absent or computed."""
-    b = op.args[2] if len(op.args) > 2 else op.attrs.get("bias")
-    return b if _const(b) else None
-
-
-def _set_conv_bias(op: Op, value: Tensor) -> None:
-    if len(op.args) > 2:
-        op.args[2] = value
-    elif "bias" in op.attrs:
-        op.attrs["bias"] = value
-    else:
-        op.args.append(value)
-
-
-def _linear_bias_add(g: Graph, op: Op, uses) -> tuple[Op, int] | None:
-    """The ``add(y, bias)`` right after a matmul, when it is y's only use."""
-    y = op.outputs[0]
-    u = uses.get(id(y), [])
-    if len(u) != 1 or _is_output(g, y):
-        return None
-    add, pos = u[0]
-    if add.kind != "add" or len(add.args) != 2 or not isinstance(pos, int):
-        return None
-    other = add.args[1 - pos]
-    if not _const(other) or _per_channel(other, y.rank, y.rank - 1, y.shape[-1]) is None:
-        return None
-    return add, 1 - pos
-
-
-def _label(g: Graph, t: Tensor) -> str | None:
-    for v in g.variables:
-        if v.tensor is t:
-            return v.label
-    return None
 
 
 def _layer_name(g: Graph, op: Op) -> str:
-    label = _label(g, op.args[1]) or op.outputs[0].name
+    label = variable_label(g, op.args[1]) or op.outputs[0].name
     return label[:-len(".weight")] if label.endswith(".weight") else label
 
 
@@ -213,11 +113,11 @@ def _size(g: Graph, op: Op, uses) -> tuple[int, int]:
     w = op.args[1]
     if op.kind == "conv":
         channels = int(w.shape[0])
-        bias = _conv_bias(op)
+        bias = conv_bias(op)
     else:
-        _, axis = _linear_weight(op)
+        _, axis = linear_weight(op)
         channels = int(w.shape[axis])
-        found = _linear_bias_add(g, op, uses)
+        found = linear_bias_add(g, op, uses)
         bias = found[0].args[found[1]] if found else None
     params = w.value.numel() + (bias.value.numel() if bias is not None and bias.rank else 0)
     return channels, params
@@ -232,49 +132,6 @@ def _layer_stats(g: Graph, op: Op, uses) -> LayerStats:
 
 
 # ---------------------------------------------------------------------------- graph index
-def _uses(g: Graph) -> dict[int, list]:
-    """id(tensor) -> [(op, position)]; position is an arg index, or a tuple when the tensor
-    sits inside a list argument or an attribute (never a per-channel use)."""
-    uses: dict[int, list] = {}
-    for op in g.live_ops():
-        for i, a in enumerate(op.args):
-            if isinstance(a, Tensor):
-                uses.setdefault(id(a), []).append((op, i))
-            elif isinstance(a, (list, tuple)):
-                for x in a:
-                    if isinstance(x, Tensor):
-                        uses.setdefault(id(x), []).append((op, ("list", i)))
-        for k, v in op.attrs.items():
-            for x in (v if isinstance(v, (list, tuple)) else [v]):
-                if isinstance(x, Tensor):
-                    uses.setdefault(id(x), []).append((op, ("attr", k)))
-    return uses
-
-
-def _order(g: Graph) -> dict[int, int]:
-    return {id(op): i for i, op in enumerate(g.ops)}
-
-
-def _is_output(g: Graph, t: Tensor) -> bool:
-    return any(o is t for o in g.outputs)
-
-
-def _per_channel(p: Tensor, rank: int, axis: int, channels: int):
-    """``p`` (a constant operand beside a rank-``rank`` tensor whose channel ``axis`` has
-    ``channels`` entries) as a vector over the channels, or None when it varies along
-    another axis. tract broadcasts from the end (missing axes are trailing), so axis i of
-    ``p`` lines up with axis i of the tensor."""
-    v = p.value
-    if p.rank > rank:
-        return None
-    for i, d in enumerate(v.shape):
-        if i != axis and d != 1:
-            return None
-    if axis < v.dim() and v.shape[axis] == channels:
-        return v.reshape(-1)
-    if v.numel() != 1:
-        return None
-    return v.reshape(-1).expand(channels)
 
 
 # ---------------------------------------------------------------------------- compaction
@@ -291,11 +148,11 @@ class _Plan:
 
 def compact_graph(g: Graph) -> None:
     """Remove every removable zero output channel (see the module docstring)."""
-    uses, order = _uses(g), _order(g)
-    for op in _weight_layers(g):
+    uses, order = tensor_uses(g), op_order(g)
+    for op in weight_layers(g):
         plan = _plan(g, op, uses, order)
         if plan is not None and _apply(g, plan, uses):
-            uses, order = _uses(g), _order(g)
+            uses, order = tensor_uses(g), op_order(g)
 
 
 def _plan(g: Graph, op: Op, uses, order) -> _Plan | None:
@@ -307,18 +164,18 @@ def _plan(g: Graph, op: Op, uses, order) -> _Plan | None:
             return None
         axis, channels = 1, int(w.shape[0])
         zero = (w.value.reshape(channels, -1) == 0).all(dim=1)
-        bias = _conv_bias(op)
+        bias = conv_bias(op)
         has_bias = len(op.args) > 2 or "bias" in op.attrs
         if has_bias and bias is None:
             return None  # a computed bias: the channel is not constant
         c0 = torch.zeros(channels, dtype=w.dtype)
         if bias is not None:
-            vec = _per_channel(bias, 2, 1, channels)
+            vec = per_channel(bias, 2, 1, channels)
             if vec is None:
                 return None
             c0 = vec.to(w.dtype).clone()
     else:
-        _, waxis = _linear_weight(op)
+        _, waxis = linear_weight(op)
         channels = int(w.shape[waxis])
         other = w.rank - 1 if waxis == w.rank - 2 else w.rank - 2
         zero = (w.value == 0).all(dim=other).reshape(-1)
@@ -339,7 +196,7 @@ def _plan(g: Graph, op: Op, uses, order) -> _Plan | None:
         if id(t) in seen:
             continue
         seen.add(id(t))
-        if _is_output(g, t):
+        if is_output(g, t):
             return None
         for user, pos in uses.get(id(t), []):
             if not isinstance(pos, int):
@@ -347,7 +204,7 @@ def _plan(g: Graph, op: Op, uses, order) -> _Plan | None:
             kind = _consumer_kind(user, pos, t, axis, channels)
             if kind is not None:
                 plan.consumers.append((user, t, kind))
-            elif user.kind not in _ELEMENTWISE or len(user.outputs) != 1:
+            elif user.kind not in ELEMENTWISE or len(user.outputs) != 1:
                 return None
             elif id(user) not in reached:
                 reached[id(user)] = user
@@ -370,17 +227,17 @@ def _consumer_kind(op: Op, pos: int, t: Tensor, axis: int, channels: int) -> str
     """'conv'/'linear' when ``op`` contracts the channel axis of ``t`` with a constant weight."""
     if pos != 0 or len(op.outputs) != 1:
         return None
-    if op.kind == "conv" and axis == 1 and len(op.args) >= 2 and _const(op.args[1]) \
+    if op.kind == "conv" and axis == 1 and len(op.args) >= 2 and is_const(op.args[1]) \
             and int(op.attrs.get("groups", 1)) == 1 and op.args[1].shape[1] == channels:
         bias = op.args[2] if len(op.args) > 2 else op.attrs.get("bias")
-        if bias is not None and not _const(bias):
+        if bias is not None and not is_const(bias):
             return None
-        if bias is not None and bias.rank and _per_channel(bias, 2, 1, op.args[1].shape[0]) \
+        if bias is not None and bias.rank and per_channel(bias, 2, 1, op.args[1].shape[0]) \
                 is None:
             return None
         return "conv"
-    if op.kind == "matmul" and axis == t.rank - 1 and _linear_weight(op) is not None:
-        w, waxis = _linear_weight(op)
+    if op.kind == "matmul" and axis == t.rank - 1 and linear_weight(op) is not None:
+        w, waxis = linear_weight(op)
         in_axis = w.rank - 1 if waxis == w.rank - 2 else w.rank - 2
         if w.shape[in_axis] == channels:
             return "linear"
@@ -395,9 +252,9 @@ def _through(op: Op, axis: int, channels: int, values: dict):
     chain = [a for a in op.args if isinstance(a, Tensor) and id(a) in values]
     if not chain or o.rank != chain[0].rank or o.shape[axis] != channels:
         return None
-    if op.kind in _ARITY and len(op.args) != _ARITY[op.kind]:
+    if op.kind in ARITY and len(op.args) != ARITY[op.kind]:
         return None
-    if op.kind not in _ARITY and len(op.args) != 1:
+    if op.kind not in ARITY and len(op.args) != 1:
         return None
     if any(isinstance(v, Tensor) for v in op.attrs.values()):
         return None
@@ -410,7 +267,7 @@ def _through(op: Op, axis: int, channels: int, values: dict):
             continue
         if not a.is_const:
             return None
-        v = _per_channel(a, o.rank, axis, channels)
+        v = per_channel(a, o.rank, axis, channels)
         if v is None:
             return None
         operands.append(v)
@@ -419,7 +276,7 @@ def _through(op: Op, axis: int, channels: int, values: dict):
         operands = [v.to(floats[0]) if v.dtype.is_floating_point else v for v in operands]
     with torch.no_grad():
         try:
-            return _ELEMENTWISE[op.kind](operands, op.attrs).to(o.dtype)
+            return ELEMENTWISE[op.kind](operands, op.attrs).to(o.dtype)
         except (RuntimeError, TypeError):
             return None
 
@@ -464,11 +321,11 @@ def _apply(g: Graph, plan: _Plan, uses) -> bool:
     w = op.args[1]
     if op.kind == "conv":
         op.args[1] = _replace(g, w, w.value.index_select(0, keep))
-        bias = _conv_bias(op)
+        bias = conv_bias(op)
         if bias is not None and bias.rank:
-            _set_conv_bias(op, _replace(g, bias, _take(bias.value, 1, keep, channels)))
+            set_conv_bias(op, _replace(g, bias, _take(bias.value, 1, keep, channels)))
     else:
-        _, waxis = _linear_weight(op)
+        _, waxis = linear_weight(op)
         op.args[1] = _replace(g, w, w.value.index_select(waxis, keep))
     for user in plan.chain:
         for i, a in enumerate(user.args):
@@ -501,7 +358,7 @@ def _replace(g: Graph, old: Tensor, data: torch.Tensor) -> Tensor:
     data = data.contiguous()
     if old.literal is not None:
         return g.const(data)
-    return g.variable(data.clone(), _label(g, old))
+    return g.variable(data.clone(), variable_label(g, old))
 
 
 def _shrink_conv_input(g: Graph, op: Op, keep, gone, c) -> None:
@@ -519,17 +376,17 @@ def _shrink_conv_input(g: Graph, op: Op, keep, gone, c) -> None:
         _add_border_map(g, op, wv.index_select(1, gone), c)
         return
     out_ch = int(wv.shape[0])
-    bias = _conv_bias(op)
+    bias = conv_bias(op)
     if bias is not None and bias.rank:
-        vec = _per_channel(bias, 2, 1, out_ch)
+        vec = per_channel(bias, 2, 1, out_ch)
         new = (vec.to(torch.float64) + delta.to(torch.float64)).to(bias.dtype)
-        _set_conv_bias(op, _replace(g, bias, new.reshape(bias.value.shape)))
+        set_conv_bias(op, _replace(g, bias, new.reshape(bias.value.shape)))
     else:
         base = float(bias.value) if bias is not None else 0.0
         new = (delta.to(torch.float64) + base).to(wv.dtype).reshape(1, out_ch)
-        label = _label(g, w)
+        label = variable_label(g, w)
         label = label[:-len("weight")] + "bias" if label and label.endswith("weight") else None
-        _set_conv_bias(op, g.variable(new, label) if label else g.const(new))
+        set_conv_bias(op, g.variable(new, label) if label else g.const(new))
 
 
 def _add_border_map(g: Graph, op: Op, w_gone: torch.Tensor, c: torch.Tensor) -> None:
@@ -543,7 +400,7 @@ def _add_border_map(g: Graph, op: Op, w_gone: torch.Tensor, c: torch.Tensor) -> 
     x, y = op.args[0], op.outputs[0]
     start = len(g.ops)
     ones = g.broadcast_to(g.scalar(1.0, x.dtype), [1, 1] + list(x.shape[2:]))
-    label = _label(g, op.args[1])
+    label = variable_label(g, op.args[1])
     label = label[:-len("weight")] + "border_map" if label and label.endswith("weight") \
         else None
     attrs = {k: v for k, v in op.attrs.items() if k != "bias"}
@@ -560,7 +417,7 @@ def _add_border_map(g: Graph, op: Op, w_gone: torch.Tensor, c: torch.Tensor) -> 
 
 
 def _shrink_linear_input(g: Graph, op: Op, keep, gone, c, uses) -> None:
-    w, waxis = _linear_weight(op)
+    w, waxis = linear_weight(op)
     in_axis = w.rank - 1 if waxis == w.rank - 2 else w.rank - 2
     wv = w.value
     delta = None
@@ -573,16 +430,16 @@ def _shrink_linear_input(g: Graph, op: Op, keep, gone, c, uses) -> None:
     if delta is None:
         return
     y = op.outputs[0]
-    found = _linear_bias_add(g, op, uses)
+    found = linear_bias_add(g, op, uses)
     if found is not None:
         add, i = found
         b = add.args[i]
-        vec = _per_channel(b, y.rank, y.rank - 1, y.shape[-1])
+        vec = per_channel(b, y.rank, y.rank - 1, y.shape[-1])
         new = (vec.to(torch.float64) + delta.to(torch.float64)).to(b.dtype)
         shape = [1] * (y.rank - 1) + [-1]  # a broadcast scalar bias becomes per-channel
         add.args[i] = _replace(g, b, new.reshape(shape))
         return
-    _insert_add(g, op, delta.reshape([1] * (y.rank - 1) + [-1]), _label(g, w))
+    _insert_add(g, op, delta.reshape([1] * (y.rank - 1) + [-1]), variable_label(g, w))
 
 
 def _insert_add(g: Graph, op: Op, value: torch.Tensor, label: str | None) -> None:
