@@ -30,6 +30,7 @@ from .errors import ConversionError, UnsupportedOperatorsError
 from .torchscript import (_flat, _has_symbols, _is_number, _is_symbolic, _py, _symbolic_shapes,
                           _ts_dtype, _ts_sizes, _ts_strides, _Unsupported, scalar_type,
                           source_location)
+from .torchscript import _T2N_DIR, _TORCH_DIR  # noqa: F401  (kept importable from here)
 from .views import LIST_VIEW_OPS, VIEW_OPS, _list_view_chain, _scatter_view, _View
 
 
