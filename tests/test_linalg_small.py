@@ -1,4 +1,5 @@
-"""Small-matrix linear algebra (op_mappings/linalg_small.py, linalg_factor.py): torch eager (LAPACK) vs tract.
+"""Small-matrix linear algebra (op_mappings/linalg_small.py and linalg_factor.py): torch eager
+(LAPACK) vs tract.
 
 Cases: batched and broadcast batches, f32 and f64, rectangular LU/QR, pivot ties (LAPACK
 takes the first largest |value|), exactly singular matrices (zero pivots, info, det 0,
