@@ -73,13 +73,20 @@ def op_key(op) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
-def in_scope_ops():
-    """OpInfo entries with float32 support that are not random."""
+# dtype of a sweep's inputs -> tolerances for its float outputs (a few ulps of the dtype);
+# integer and bool outputs always compare exactly. Integer/bool inputs often give float32
+# outputs (cos of an int64 tensor), which get float32's tolerances.
+DTYPES = {"float32": (torch.float32, 1e-4, 1e-5), "float16": (torch.float16, 1e-2, 1e-3),
+          "int64": (torch.int64, 1e-4, 1e-5), "bool": (torch.bool, 1e-4, 1e-5)}
+
+
+def in_scope_ops(dtype: torch.dtype = torch.float32):
+    """OpInfo entries with ``dtype`` support on the CPU that are not random."""
     from torch.testing._internal.common_methods_invocations import op_db
 
     out = []
     for op in op_db:
-        if torch.float32 not in op.supported_dtypes("cpu"):
+        if dtype not in op.supported_dtypes("cpu"):
             continue
         if any(w in op.name for w in RANDOM_WORDS) or op.name in NON_FUNCTIONAL:
             continue
@@ -87,11 +94,10 @@ def in_scope_ops():
     return out
 
 
-def samples_of(op, max_samples: int):
+def samples_of(op, max_samples: int, dtype: torch.dtype = torch.float32):
     torch.manual_seed(0)
     try:
-        return list(islice(op.sample_inputs("cpu", torch.float32, requires_grad=False),
-                           max_samples))
+        return list(islice(op.sample_inputs("cpu", dtype, requires_grad=False), max_samples))
     except Exception:
         return []
 
@@ -180,6 +186,7 @@ def build_case(op, sample):
 
 
 def run_sample(op, sample, worker, workdir: str, rtol=1e-4, atol=1e-5) -> SampleOutcome:
+    """One sample exported and run; floats compare within ``atol + rtol * |torch|``."""
     import t2n
     from t2n.api import torch_outputs
     from t2n.check import compare
@@ -217,13 +224,15 @@ def run_sample(op, sample, worker, workdir: str, rtol=1e-4, atol=1e-5) -> Sample
     return SampleOutcome("pass")
 
 
-def run_op(op, worker, max_samples: int = 4) -> OpOutcome:
+def run_op(op, worker, max_samples: int = 4, dtype: str = "float32") -> OpOutcome:
+    """Every sample of ``op`` in ``dtype`` (a key of :data:`DTYPES`)."""
+    torch_dtype, rtol, atol = DTYPES[dtype]
     outcome = OpOutcome(op_key(op))
     with tempfile.TemporaryDirectory(prefix="t2n-opinfo-") as d:
-        for sample in samples_of(op, max_samples):
-            outcome.samples.append(run_sample(op, sample, worker, d))
+        for sample in samples_of(op, max_samples, torch_dtype):
+            outcome.samples.append(run_sample(op, sample, worker, d, rtol=rtol, atol=atol))
     if not outcome.samples:
-        outcome.samples.append(SampleOutcome("out_of_scope", "no float32 samples"))
+        outcome.samples.append(SampleOutcome("out_of_scope", f"no {dtype} samples"))
     return outcome
 
 
