@@ -17,6 +17,7 @@ import torch
 
 from .autograd_inline import inline_autograd_functions
 from .errors import ModelLoadError, T2NError, TraceError
+from .script_types import complete_types
 
 
 class SpecialisedTraceWarning(UserWarning):
@@ -135,6 +136,8 @@ def capture(model, args, binding=None) -> Captured:
         graph = traced.graph
         root = None
     torch._C._jit_pass_dce(graph)
+    if root is not None:
+        complete_types(graph, root, args)  # a loaded or scripted module has no types
     for msg in collected:
         if "might cause the trace to be incorrect" in msg or "Converting a tensor to" in msg:
             warnings.warn(SpecialisedTraceWarning(
