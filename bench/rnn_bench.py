@@ -7,8 +7,8 @@ Prints, side by side for a 2-layer bidirectional LSTM (and the same for a GRU):
 * op count and archive size of t2n's export at T=10 and T=1000 (equal: one loop per layer
   and direction, whatever the length), and the ONNX file's node count and size;
 * tract run time at T=1000, batch 1: load + optimise once, then the median of ``--repeat``
-  runs, each route in its own fresh child process (so caches and allocations do not carry
-  over), the routes interleaved.
+  runs (wall time and the process's CPU time), each route in its own fresh child process
+  (so caches and allocations do not carry over), the routes interleaved.
 
 The ONNX route is ``torch.onnx.export(..., dynamo=True)`` then
 ``tract.onnx().load(path).into_model().into_runnable()``.
@@ -78,14 +78,16 @@ def _child(job: dict) -> dict:
     load = time.perf_counter() - t0
     x = np.load(job["input"])
     runnable.run([x])  # warm-up
-    times = []
+    times, cpu = [], []
     for _ in range(job["repeat"]):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = runnable.run([x])[0].to_numpy()
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
     ref = np.load(job["ref"])
     err = float(np.max(np.abs(out - ref)))
-    return {"load": load, "run": statistics.median(times), "max_abs_err": err}
+    return {"load": load, "run": statistics.median(times), "cpu": statistics.median(cpu),
+            "max_abs_err": err}
 
 
 def main(argv=None) -> int:
@@ -134,7 +136,7 @@ def main(argv=None) -> int:
     print(f"2-layer bidirectional, input {args.input}, hidden {args.hidden}, batch 1")
     head = (f"{'model':6} {'route':5} {'ops T=10':>9} {'ops T=' + str(args.steps):>10} "
             f"{'size T=10':>10} {'size T=' + str(args.steps):>11} "
-            f"{'load s':>7} {'run ms T=' + str(args.steps):>14} {'max err':>9}")
+            f"{'load s':>7} {'wall ms':>8} {'cpu ms':>7} {'max err':>9}")
     print(head)
     print("-" * len(head))
     for kind, sizes, timings in rows:
@@ -143,10 +145,13 @@ def main(argv=None) -> int:
             opsn, sizen = sizes[(route, args.steps)]
             t = timings[route]
             run = statistics.median(r["run"] for r in t) * 1e3 if t else float("nan")
+            cpu = statistics.median(r["cpu"] for r in t) * 1e3 if t else float("nan")
             load = statistics.median(r["load"] for r in t) if t else float("nan")
             err = max(r["max_abs_err"] for r in t) if t else float("nan")
             print(f"{kind:6} {route:5} {ops10:>9} {opsn:>10} {size10:>10} {sizen:>11} "
-                  f"{load:>7.2f} {run:>14.1f} {err:>9.1e}")
+                  f"{load:>7.2f} {run:>8.1f} {cpu:>7.1f} {err:>9.1e}")
+    print(f"run time at T={args.steps}: median over runs and child processes; cpu = the "
+          "process's CPU time, steadier than wall time on a shared machine")
     print("ops: t2n = NNEF ops in graph.nnef (loop bodies not counted), onnx = ONNX nodes; "
           "sizes in bytes (.nnef.tgz / .onnx)")
     return 0
