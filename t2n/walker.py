@@ -258,6 +258,10 @@ class Walker:
             if name in ("detach", "alias"):  # weight.detach() then an in-place op on it
                 # (embedding max_norm renorms the table): the write must reach the weight
                 self._register_view_of(node.inputsAt(0), node.output(), (name, []))
+            elif name in VIEW_OPS and isinstance(inputs[0], torch.Tensor):
+                # a view of a folded tensor (z = zeros(...); z[:, 0] = x): a write of a
+                # run-time value into it must reach z (RWKV's per-layer states)
+                self._register_view_of(node.inputsAt(0), node.output(), (name, inputs[1:]))
             return folded
 
         fn = registry.lookup(name)
@@ -453,7 +457,7 @@ class Walker:
             result = self.g.broadcast_to(result, target.shape)
         view = self.views.get(target_v)
         if view is not None:
-            base = self._get(view.base)
+            base = self._tensor_arg(self._get(view.base), None)  # a folded base: a constant
             new_base = self._write_back(base, view.chain, result)
             self.env[view.base] = new_base
             self.version[view.base] = self.version.get(view.base, 0) + 1

@@ -146,3 +146,20 @@ CASES = {
 def test_view_write(case):
     fn, args = CASES[case]
     assert_exports(Fn(fn), args)
+
+
+def _states(x):
+    """RWKV's per-layer states: zeros made in forward (folded to constants), then run-time
+    values written into views of them, read through the list and through other views."""
+    state = [torch.zeros(x.shape[0], 4, 3) for _ in range(2)]
+    early = state[1][:, :, 2]  # a view taken before the writes
+    state[1][:, :, 0] = x[:, -1]
+    s = state[0]
+    s[:, 1:3, 1] = x[:, 0, :2] * 3
+    state[1][:, :, 2] += x[:, 1]
+    return state[0], state[1], early * 2
+
+
+def test_run_time_writes_into_views_of_folded_tensors():
+    # the writes used to be lost: tract returned the zeros
+    assert_exports(Fn(_states), (torch.randn(2, 5, 4),))
