@@ -5,7 +5,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from t2n.testing import assert_exports
+from t2n.testing import FunctionModule as Fn, assert_exports
 from test_gather_support import check, refuses
 
 X = torch.randn(3, 4, 7)
@@ -155,3 +155,10 @@ def test_negative_end_on_dynamic_axis_keeps_the_length_tract_can_follow():
                        dynamic_axes={"x": {0: "B", 2: "N"}},
                        more_args=[(torch.randn(1, 2, 33),), (torch.randn(3, 2, 101),)])
     assert "Max" not in str(r.outputs[0].shape) and "max" not in str(r.outputs[0].shape)
+
+
+def test_negative_end_with_a_start_keeps_pytorch_clamping():
+    # x[1:-1] of a 1-element axis is empty in PyTorch: the clamp stays when start > 0
+    assert_exports(Fn(lambda x: x[1:-1] * 2), (torch.randn(5),), input_names=["x"],
+                   dynamic_axes={"x": {0: "B"}}, more_args=[(torch.randn(1),),
+                                                            (torch.randn(2),)])

@@ -89,11 +89,11 @@ def slice_bounds(n, start, end):
             import sympy
 
             start = sympy.Max(0, sympy.Min(n, start))
-            if from_back:
-                # x[..., :-k]: n - k as written. With a max(start, n - k) tract cannot
-                # tell that the result has n - k elements (the residual add of wav2vec2's
-                # positional convolution then fails to load); an axis shorter than the
-                # slice (empty in PyTorch) is an error at run time in tract
+            if from_back and start == 0:
+                # x[..., :-k]: n - k as written. With a max(0, n - k) tract cannot tell
+                # that the result has n - k elements (the residual add of wav2vec2's
+                # positional convolution then fails to load); an axis shorter than k
+                # (empty in PyTorch) is an error at run time in tract
                 pass
             else:
                 end = sympy.Max(start, sympy.Min(n, end))
