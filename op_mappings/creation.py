@@ -79,6 +79,13 @@ def new_zeros(g, self, size, *_):
     return _filled(g, size, 0)
 
 
+@aten("new_empty")
+def new_empty(g, self, size, *_):
+    """Uninitialised in PyTorch: zeros, as for empty_like (DeepSeek-V3 fills its key
+    states this way, writing every element)."""
+    return _filled(g, size, 0)
+
+
 @aten("new_ones")
 def new_ones(g, self, size, *_):
     return _filled(g, size, 1)

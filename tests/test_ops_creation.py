@@ -75,3 +75,16 @@ def test_empty_like_fully_overwritten():
         return inv, torch.empty_like(x).copy_(x) * 2
 
     assert_cases({"inverse permutation": inverse}, (torch.randn(9),))
+
+
+def test_new_empty_fully_overwritten():
+    """new_empty's values are unspecified; DeepSeek-V3 builds its keys this way, writing
+    every element through two slices."""
+
+    def keys(a, b):
+        k = a.new_empty(*a.shape[:-1], a.shape[-1] + b.shape[-1])
+        k[..., :a.shape[-1]].copy_(a)
+        k[..., a.shape[-1]:].copy_(b)
+        return k
+
+    assert_cases({"concatenated by writes": keys}, (torch.randn(2, 3, 4), torch.randn(2, 3, 2)))
