@@ -109,6 +109,11 @@ def audio(b, n):
     return {"input_values": torch.randn(b, n, generator=g)}
 
 
+def spectrogram(b, _s):
+    g = torch.Generator().manual_seed(b)
+    return {"input_values": torch.randn(b, 32, 16, generator=g)}
+
+
 def mel(b, _s):
     g = torch.Generator().manual_seed(b)
     return {"input_features": torch.randn(b, 16, 32, generator=g),
@@ -147,6 +152,9 @@ MODELS = [
                 max_position_embeddings=64, global_attn_every_n_layers=2, local_attention=4,
                 pad_token_id=0), text),
     # ---- decoder LLMs (ModelOutput: logits + DynamicCache)
+    TfModel("funnel", "BERT family",
+            _lm("FunnelModel", "FunnelConfig", vocab_size=VOCAB, block_sizes=[1, 1], d_model=32,
+                n_head=4, d_head=8, d_inner=64), text),
     TfModel("gpt2", "decoder LLMs",
             _lm("GPT2LMHeadModel", "GPT2Config", vocab_size=VOCAB, n_embd=32, n_layer=2,
                 n_head=4, n_positions=64), text, dynamic=TEXT_DYN,
@@ -206,9 +214,19 @@ MODELS = [
             _lm("XGLMForCausalLM", "XGLMConfig", vocab_size=VOCAB, d_model=32, num_layers=2,
                 attention_heads=4, ffn_dim=64, max_position_embeddings=64), text),
     # ---- state-space decoders (cache: per-layer convolution and recurrent states)
+    TfModel("nemotron", "decoder LLMs", _lm("NemotronForCausalLM", "NemotronConfig", **DEC),
+            text),
+    TfModel("glm", "decoder LLMs", _lm("GlmForCausalLM", "GlmConfig", **DEC, head_dim=8),
+            text),
     TfModel("mamba", "state-space decoders",
             _lm("MambaForCausalLM", "MambaConfig", vocab_size=VOCAB, hidden_size=32,
                 num_hidden_layers=2, state_size=8, expand=2, conv_kernel=4), text_nomask),
+    TfModel("jamba", "state-space decoders",  # Mamba + attention + MoE layers
+            _lm("JambaForCausalLM", "JambaConfig", **dict(MOE, num_hidden_layers=2),
+                num_experts=4, num_experts_per_tok=2, attn_layer_period=2,
+                attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
+                mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, use_mamba_kernels=False),
+            text),
     TfModel("mixtral", "mixture-of-experts decoders",
             _lm("MixtralForCausalLM", "MixtralConfig", **MOE, num_local_experts=4,
                 num_experts_per_tok=2), text, dynamic=TEXT_DYN,
@@ -227,6 +245,17 @@ MODELS = [
     TfModel("granitemoe", "mixture-of-experts decoders",
             _lm("GraniteMoeForCausalLM", "GraniteMoeConfig", **MOE, num_local_experts=4,
                 num_experts_per_tok=2), text),
+    TfModel("phimoe", "mixture-of-experts decoders",
+            _lm("PhimoeForCausalLM", "PhimoeConfig", **MOE, num_local_experts=4,
+                num_experts_per_tok=2), text),
+    TfModel("gpt_oss", "mixture-of-experts decoders",
+            _lm("GptOssForCausalLM", "GptOssConfig", **dict(MOE, head_dim=8),
+                num_local_experts=4, num_experts_per_tok=2, sliding_window=4), text),
+    TfModel("deepseek_v3", "mixture-of-experts decoders",  # MLA attention, grouped routing
+            _lm("DeepseekV3ForCausalLM", "DeepseekV3Config", **dict(MOE, num_key_value_heads=4),
+                n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                n_group=2, topk_group=1, first_k_dense_replace=0, q_lora_rank=16,
+                kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8), text),
     TfModel("vit", "vision encoders",
             _lm("ViTModel", "ViTConfig", hidden_size=32, num_hidden_layers=2,
                 num_attention_heads=4, intermediate_size=64, image_size=32, patch_size=8),
@@ -237,6 +266,9 @@ MODELS = [
             images(32)),
     TfModel("convnext", "vision encoders",
             _lm("ConvNextModel", "ConvNextConfig", hidden_sizes=[16, 32], depths=[1, 1],
+                num_stages=2), images(32)),
+    TfModel("convnextv2", "vision encoders",
+            _lm("ConvNextV2Model", "ConvNextV2Config", hidden_sizes=[16, 32], depths=[1, 1],
                 num_stages=2), images(32)),
     TfModel("clip_vision", "vision encoders",
             _lm("CLIPVisionModel", "CLIPVisionConfig", hidden_size=32, intermediate_size=64,
@@ -255,6 +287,20 @@ MODELS = [
             _lm("SegformerModel", "SegformerConfig", num_encoder_blocks=2, depths=[1, 1],
                 sr_ratios=[2, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2],
                 patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2]), images(32)),
+    TfModel("pvt_v2", "vision encoders",
+            _lm("PvtV2Model", "PvtV2Config", hidden_sizes=[16, 32], depths=[1, 1],
+                num_encoder_blocks=2, num_attention_heads=[1, 2], sr_ratios=[2, 1],
+                patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2]), images(32)),
+    TfModel("levit", "vision encoders",
+            _lm("LevitModel", "LevitConfig", image_size=64, hidden_sizes=[32, 48, 64],
+                num_attention_heads=[2, 2, 2], depths=[1, 1, 1], key_dim=[8, 8, 8]),
+            images(64)),
+    TfModel("hiera", "vision encoders",
+            _lm("HieraModel", "HieraConfig", image_size=[64, 64], embed_dim=16,
+                num_heads=[1, 2], depths=[1, 1], query_stride=[2, 2], masked_unit_size=[4, 4],
+                patch_stride=[4, 4], patch_size=[7, 7], patch_padding=[3, 3],
+                embed_dim_multiplier=2.0, num_head_multiplier=2.0, num_query_pool=1),
+            images(64)),
     TfModel("wav2vec2", "audio encoders",
             _lm("Wav2Vec2Model", "Wav2Vec2Config", hidden_size=32, num_hidden_layers=2,
                 num_attention_heads=4, intermediate_size=64, conv_dim=(16, 16),
@@ -272,6 +318,16 @@ MODELS = [
                 conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
                 num_conv_pos_embeddings=5, num_conv_pos_embedding_groups=4), audio,
             size=(2, 400)),
+    TfModel("wavlm", "audio encoders",
+            _lm("WavLMModel", "WavLMConfig", hidden_size=32, num_hidden_layers=2,
+                num_attention_heads=4, intermediate_size=64, conv_dim=(16, 16),
+                conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+                num_conv_pos_embedding_groups=4, num_buckets=16, max_bucket_distance=32),
+            audio, size=(2, 400)),
+    TfModel("ast", "audio encoders",
+            _lm("ASTModel", "ASTConfig", hidden_size=32, num_hidden_layers=2,
+                num_attention_heads=4, intermediate_size=64, num_mel_bins=16, max_length=32,
+                patch_size=8, frequency_stride=8, time_stride=8), spectrogram),
     TfModel("whisper", "audio encoders",
             _lm("WhisperModel", "WhisperConfig", vocab_size=VOCAB, num_mel_bins=16,
                 encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
