@@ -83,6 +83,7 @@ def _timm(name, size=VISION, **kw):
 
 def _hf(kind):
     def build():
+        _declare_torchvision_schemas()  # transformers imports torchvision when installed
         import torch
         import transformers as tf
 
@@ -237,6 +238,8 @@ def _measure(job: dict) -> dict:
     for k in routes:
         out[f"{k}_load_s"] = statistics.median(loads[k])
         out[f"{k}_run_s"] = statistics.median(runs[k])
+        out[f"{k}_run_min_s"] = min(runs[k])
+        out[f"{k}_load_min_s"] = min(loads[k])
         try:
             nodes = _optimised_nodes(runnables[k], inputs)
             out[f"{k}_opt_nodes"] = len(nodes)

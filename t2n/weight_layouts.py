@@ -156,6 +156,14 @@ def _block_axis(op, pos, m: Variable) -> tuple[int | None, str | None]:
         if pos == 0:
             return (-2 if op.attrs.get("transposeA") else -1), None
         return (-1 if op.attrs.get("transposeB") else -2), None
+    if op.kind == "linear" and pos == 1:
+        # NNEF linear(x, W, b) is matmul(x, W, transposeB = true) + b: reduced along W's rows
+        other = op.args[0]
+        if not isinstance(other, Tensor) or other.dtype != torch.float32:
+            return None, "multiplied with a non-float32 operand"
+        if any(int(d) != 1 for d in m.data.shape[:-2]):
+            return None, "a batched matrix (leading axes other than 1)"
+        return -1, None
     if op.kind == "conv" and pos == 1:
         # tract's block-quantized conv kernel reads [C_out, C_in/g * k...] rows: blocks
         # along all the trailing axes (verified 1x1, 3x3, strided, dilated, grouped)

@@ -38,6 +38,15 @@ from typing import Any, Callable
 # The passes, in the order they run: module names in this package.
 PIPELINE: tuple[str, ...] = (
     "compact",  # pruned-channel compaction (compact=True; reports pruned layers anyway)
+    # folding and fusing (optimize=True, the default; each keeps the outputs):
+    "merge_pad",  # pad -> conv/pool padding
+    "fold_affine",  # per-channel mul/add after conv/matmul -> weights and bias (batch norm)
+    "fuse_norm",  # x * rsqrt(mean(x^2) + eps) -> tract_core_rms_norm (layer/RMS norm)
+    "fold_affine_input",  # per-feature mul/add before linear layers -> their weights
+    "einsum_to_matmul",  # batched-matmul einsums (attention) -> matmul
+    "fuse_linear",  # matmul + bias add -> linear
+    "fold_scale",  # mul(q @ k, s) -> s folded into the linear layer q comes from
+    "transpose_first",  # transpose after an axis-merging reshape -> before it
     "weights",  # weight storage format (weights="f16"/"q4_0"); decides on the final graph
     "broadcast_axes",  # products: size-1 broadcast axes get labels of their own (tract loads
     #                    it); rewrites op forms only, never variables, so it may follow weights

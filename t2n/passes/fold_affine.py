@@ -1,0 +1,167 @@
+"""Fold per-channel scales and shifts after a convolution or a linear layer into its weights.
+
+Batch norm in eval mode is written by its mapping as ``mul(y, scale)`` + ``add(y, shift)``
+per channel; a bias add, a per-channel ``mul``/``div`` by a constant, or a constant ``sub``
+look the same. When they follow a ``conv`` (any groups) or a ``matmul`` with a constant
+weight, and each intermediate result has no other reader, then for every output channel o
+
+    (conv(x, W) + b)[o] * s[o] + c[o]  ==  conv(x, W * s[o])[o] + (b[o] * s[o] + c[o])
+
+so the chain becomes the layer alone with new constant weights: ResNet-50 loses its 53
+``mul`` + 53 ``add``, and tract no longer spends its load time folding them itself. The new
+weights are computed in float64 and rounded once to the weight's dtype (the only change to
+the numbers: the rounding of the folded products). Scales that are not finite are left
+alone (a ``mul`` by inf or NaN is not a weight).
+
+A ``matmul`` keeps one ``add`` for its folded bias (``fuse_linear`` then writes the pair as
+NNEF ``linear``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..builder import Graph, Op, Tensor
+from . import GraphPass
+from .rewrite import Index, channel_vector, const, derived, enabled, float64
+
+
+def run(g: Graph, ctx) -> None:
+    if not enabled(ctx):
+        return
+    changed = True
+    while changed:
+        changed = False
+        index = Index(g)
+        for op in list(g.ops):
+            if _fold_after(g, index, op):
+                changed = True
+                break
+
+
+PASS = GraphPass("fold_affine", run, options=("optimize",))
+
+
+def _layer(op: Op):
+    """(weight, out-channel axis of the output, channel count, bias vector or None) of a
+    foldable producer, or None."""
+    if op.kind == "conv" and len(op.args) >= 2 and const(op.args[1]) is not None:
+        w = op.args[1]
+        if not w.dtype.is_floating_point or w.rank < 3:
+            return None
+        c = int(w.shape[0])
+        bias = op.args[2] if len(op.args) > 2 else op.attrs.get("bias", 0.0)
+        if isinstance(bias, Tensor):
+            b = channel_vector(bias, 2, 1, c)
+            if b is None:
+                return None
+        elif isinstance(bias, (int, float)):
+            b = torch.full((c,), float(bias), dtype=w.dtype)
+        else:
+            return None
+        return "conv", w, 1, c, b
+    if op.kind == "matmul" and len(op.args) == 2 and const(op.args[1]) is not None \
+            and not op.attrs.get("transposeA", False):
+        w = op.args[1]
+        if not w.dtype.is_floating_point or w.rank < 2 or any(d != 1 for d in w.shape[:-2]):
+            return None
+        x = op.args[0]
+        if not isinstance(x, Tensor) or x.rank != w.rank:
+            return None
+        tb = bool(op.attrs.get("transposeB", False))
+        c = int(w.shape[-2] if tb else w.shape[-1])
+        return "matmul", w, op.outputs[0].rank - 1, c, None
+    return None
+
+
+def _fold_after(g: Graph, index: Index, op: Op) -> bool:
+    layer = _layer(op)
+    if layer is None:
+        return False
+    kind, w, axis, c, bias = layer
+    y = op.outputs[0]
+    if y.rank <= axis or y.shape[axis] != c:
+        return False
+    scale = torch.ones(c, dtype=torch.float64)
+    shift = float64(bias) if bias is not None else torch.zeros(c, dtype=torch.float64)
+    had_bias = bias is not None and bool((bias != 0).any())
+    chain = []
+    t = y
+    while True:
+        found = index.only_reader(t)
+        if found is None:
+            break
+        user, pos = found
+        if user.kind not in ("mul", "add", "sub", "div") or len(user.args) != 2 \
+                or not isinstance(pos, int) or len(user.outputs) != 1:
+            break
+        o = user.outputs[0]
+        if o.dtype != y.dtype or tuple(o.shape) != tuple(y.shape):
+            break  # the constant broadcasts the result to a new shape
+        other = user.args[1 - pos]
+        vec = channel_vector(other, y.rank, axis, c)
+        if vec is None or other.dtype != y.dtype or not bool(torch.isfinite(vec).all()):
+            break
+        v = float64(vec)
+        if user.kind == "mul":
+            scale, shift = scale * v, shift * v
+        elif user.kind == "div":
+            if pos != 0 or bool((v == 0).any()):
+                break
+            scale, shift = scale / v, shift / v
+        elif user.kind == "add":
+            shift = shift + v
+            had_bias = True
+        elif pos == 0:  # sub(y, v)
+            shift = shift - v
+            had_bias = True
+        else:  # sub(v, y) = -y + v
+            scale, shift = -scale, v - shift
+            had_bias = True
+        chain.append(user)
+        t = o
+    if not chain or kind == "matmul" and [u.kind for u in chain] == ["add"]:
+        return False  # nothing to fold (a matmul's own bias add stays as it is)
+    wv = float64(w.value)
+    shape = [1] * wv.dim()
+    if kind == "conv":
+        shape[0] = c
+    elif op.attrs.get("transposeB", False):
+        shape[-2] = c
+    else:
+        shape[-1] = c
+    new_w = (wv * scale.reshape(shape)).to(w.dtype)
+    op.args[1] = derived(g, w, new_w)
+    last = chain[-1].outputs[0]
+    if kind == "conv":
+        b = shift.to(w.dtype).reshape(1, c)
+        old = op.args[2] if len(op.args) > 2 else op.attrs.get("bias")
+        if isinstance(old, Tensor) and old.rank and old.literal is None:
+            bt = derived(g, old, b)
+        else:
+            bt = derived(g, w, b, suffix="bias")
+        if len(op.args) > 2:
+            op.args[2] = bt
+        elif "bias" in op.attrs:
+            op.attrs["bias"] = bt
+        else:
+            op.args.append(bt)
+        op.outputs[0] = last
+        _drop(g, chain)
+        return True
+    # matmul: one bias add remains (if any shift at all)
+    inner = Tensor(g.fresh_name("matmul"), y.shape, y.dtype)
+    op.outputs[0] = inner
+    _drop(g, chain)
+    if had_bias or bool((shift != 0).any()):
+        b = shift.to(w.dtype).reshape([1] * (y.rank - 1) + [c])
+        add = Op("add", [inner, derived(g, w, b, suffix="bias")], {}, [last])
+        g.ops.insert(g.ops.index(op) + 1, add)
+    else:
+        op.outputs[0] = last
+    return True
+
+
+def _drop(g: Graph, ops: list[Op]) -> None:
+    ids = {id(o) for o in ops}
+    g.ops = [o for o in g.ops if id(o) not in ids]

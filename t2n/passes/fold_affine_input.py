@@ -1,0 +1,143 @@
+"""Fold a per-feature scale and shift *before* linear layers into their weights and biases.
+
+Layer norm ends with ``mul(y, weight)`` and ``add(., bias)`` over the last axis, and in a
+transformer that result usually feeds only linear layers (the attention's q/k/v projection,
+the MLP's first layer). For a linear layer ``z = x @ W^T + c`` reading ``x = y * s + b``
+(``s`` and ``b`` constant vectors over the features):
+
+    z = y @ (W * s)^T + (W @ b + c)
+
+so the ``mul`` and the ``add`` go and each reading layer gets new constant weights (computed
+in float64, rounded once). This applies only when *every* reader of the affine result is such
+a ``matmul`` with a constant weight contracting the last axis (a residual ``add`` or any other
+reader keeps the affine as it is), and the constants are finite. Each layer's bias add is
+updated in place, or added when the layer had none.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..builder import Graph, Op, Tensor
+from . import GraphPass
+from .rewrite import Index, channel_vector, derived, enabled, float64
+
+
+def run(g: Graph, ctx) -> None:
+    if not enabled(ctx):
+        return
+    changed = True
+    while changed:
+        changed = False
+        index = Index(g)
+        for op in list(g.ops):
+            if _fold(g, index, op):
+                changed = True
+                break
+
+
+PASS = GraphPass("fold_affine_input", run, options=("optimize",))
+
+
+def _affine(index: Index, op: Op):
+    """(y, scale, shift, ops, result) of an affine chain starting at ``op``
+    (``mul(y, s)`` then optionally ``add(., b)``, or ``add(y, b)`` alone), else None."""
+    if op.kind not in ("mul", "add") or len(op.args) != 2 or len(op.outputs) != 1:
+        return None
+    out = op.outputs[0]
+    if not out.dtype.is_floating_point or out.rank < 1 or not isinstance(out.shape[-1], int):
+        return None
+    c = int(out.shape[-1])
+    for i in (0, 1):
+        y, p = op.args[i], op.args[1 - i]
+        if not isinstance(y, Tensor) or y.value is not None or tuple(y.shape) != tuple(out.shape):
+            continue
+        vec = channel_vector(p, out.rank, out.rank - 1, c)
+        if vec is None or p.dtype != out.dtype or not bool(torch.isfinite(vec).all()):
+            continue
+        scale = float64(vec) if op.kind == "mul" else torch.ones(c, dtype=torch.float64)
+        shift = torch.zeros(c, dtype=torch.float64) if op.kind == "mul" else float64(vec)
+        ops = [op]
+        if op.kind == "mul":
+            nxt = index.only_reader(out)
+            if nxt is not None and nxt[0].kind == "add" and isinstance(nxt[1], int) \
+                    and len(nxt[0].args) == 2:
+                add = nxt[0]
+                q = add.args[1 - nxt[1]]
+                bvec = channel_vector(q, out.rank, out.rank - 1, c)
+                o2 = add.outputs[0]
+                if bvec is not None and q.dtype == out.dtype and tuple(o2.shape) == \
+                        tuple(out.shape) and bool(torch.isfinite(bvec).all()):
+                    shift = float64(bvec)
+                    ops.append(add)
+        return y, scale, shift, ops, ops[-1].outputs[0]
+    return None
+
+
+def _reader_layer(op: Op, pos, t: Tensor):
+    """(weight, transposeB) when ``op`` is ``matmul(t, W)`` with a constant W contracting
+    t's last axis."""
+    if op.kind != "matmul" or pos != 0 or len(op.args) != 2 or op.attrs.get("transposeA"):
+        return None
+    w = op.args[1]
+    if not isinstance(w, Tensor) or w.value is None or w.dtype != t.dtype or w.rank != t.rank:
+        return None
+    if w.rank < 2 or any(d != 1 for d in w.shape[:-2]):
+        return None
+    tb = bool(op.attrs.get("transposeB", False))
+    if int(w.shape[-1] if tb else w.shape[-2]) != int(t.shape[-1]):
+        return None
+    return w, tb
+
+
+def _fold(g: Graph, index: Index, op: Op) -> bool:
+    found = _affine(index, op)
+    if found is None:
+        return False
+    y, scale, shift, ops, result = found
+    readers = index.readers(result)
+    if not readers or id(result) in index.outputs:
+        return False
+    layers = []
+    for user, pos in readers:
+        layer = _reader_layer(user, pos, result)
+        if layer is None:
+            return False
+        layers.append((user, *layer))
+    for user, w, tb in layers:
+        wv = float64(w.value)
+        if tb:  # W [.., out, in]
+            new_w = wv * scale.reshape([1] * (wv.dim() - 1) + [-1])
+            delta = wv.reshape(wv.shape[-2:]) @ shift
+        else:  # W [.., in, out]
+            new_w = wv * scale.reshape([1] * (wv.dim() - 2) + [-1, 1])
+            delta = shift @ wv.reshape(wv.shape[-2:])
+        user.args[0] = y
+        user.args[1] = derived(g, w, new_w.to(w.dtype))
+        if bool((delta != 0).any()):
+            _add_to_bias(g, index, user, delta)
+    ids = {id(o) for o in ops}
+    g.ops = [o for o in g.ops if id(o) not in ids]
+    return True
+
+
+def _add_to_bias(g: Graph, index: Index, mm: Op, delta: torch.Tensor) -> None:
+    z = mm.outputs[0]
+    c = int(z.shape[-1])
+    nxt = index.only_reader(z)
+    if nxt is not None and nxt[0].kind == "add" and isinstance(nxt[1], int) \
+            and len(nxt[0].args) == 2:
+        add, pos = nxt
+        b = add.args[1 - pos]
+        vec = channel_vector(b, z.rank, z.rank - 1, c)
+        if vec is not None and b.dtype == z.dtype and \
+                tuple(add.outputs[0].shape) == tuple(z.shape):
+            new = (float64(vec) + delta).to(z.dtype).reshape([1] * (z.rank - 1) + [c])
+            add.args[1 - pos] = derived(g, b if b.literal is None else mm.args[1], new,
+                                        suffix=None if b.literal is None else "bias")
+            return
+    inner = Tensor(g.fresh_name("matmul"), z.shape, z.dtype)
+    mm.outputs[0] = inner
+    b = delta.to(z.dtype).reshape([1] * (z.rank - 1) + [c])
+    g.ops.insert(g.ops.index(mm) + 1,
+                 Op("add", [inner, derived(g, mm.args[1], b, suffix="bias")], {}, [z]))

@@ -1,0 +1,51 @@
+"""Write a matrix product with a constant weight and its bias add as one NNEF ``linear``.
+
+``nn.Linear`` (and every bias folded by ``fold_affine``) is emitted as
+``matmul(x, W, transposeB = true)`` followed by ``add(., b)``; NNEF's standard ``linear(x, W,
+b)`` is defined as exactly that pair (tract's stdlib fragment ``linear`` is
+``add(matmul(input, filter, transposeB = true), bias)``, verified to load for rank-2 and
+rank-3 inputs when the filter and the bias have the input's rank), so the archive says it in
+one op and tract builds the same two operations from it. The bias must be a constant vector
+over the output features, shaped ``[1, ..., 1, out]``, and the product must have no other
+reader. Inputs with batch axes other than 1 keep ``matmul`` + ``add``: the weight's size-1
+axes would share their labels (see ``broadcast_axes``, which rewrites those products).
+"""
+
+from __future__ import annotations
+
+from ..builder import Graph, Op, Tensor
+from . import GraphPass
+from .rewrite import Index, channel_vector, enabled
+
+
+def run(g: Graph, ctx) -> None:
+    if not enabled(ctx):
+        return
+    index = Index(g)
+    for op in list(g.ops):
+        if op.kind != "matmul" or len(op.args) != 2 or op.attrs.get("transposeA") \
+                or not op.attrs.get("transposeB"):
+            continue
+        x, w = op.args
+        z = op.outputs[0]
+        if not isinstance(x, Tensor) or not isinstance(w, Tensor) or w.value is None \
+                or not z.dtype.is_floating_point or w.rank != x.rank or z.rank != x.rank:
+            continue
+        if any(not (isinstance(d, int) and d == 1) for d in x.shape[:-2]):
+            continue  # a size-1 weight axis against a batch axis: broadcast_axes' case
+        found = index.only_reader(z)
+        if found is None or found[0].kind != "add" or not isinstance(found[1], int):
+            continue
+        add, pos = found
+        b = add.args[1 - pos] if len(add.args) == 2 else None
+        c = z.shape[-1]
+        if not isinstance(b, Tensor) or not isinstance(c, int) or b.dtype != z.dtype \
+                or b.rank != z.rank or channel_vector(b, z.rank, z.rank - 1, c) is None \
+                or tuple(add.outputs[0].shape) != tuple(z.shape):
+            continue
+        at = g.ops.index(add)
+        g.ops[at] = Op("linear", [x, w, b], {}, [add.outputs[0]])
+        g.ops.remove(op)
+
+
+PASS = GraphPass("fuse_linear", run, options=("optimize",))

@@ -1,0 +1,163 @@
+"""What the folding and fusing passes share: an index of the graph (who produces and who
+reads each tensor), constant inspection, and the few edits they make (replace every use of a
+tensor, drop ops, derive a constant that keeps a weight's file label).
+
+Not a pass itself (it has no ``PASS``). The passes built on it run only when the export
+option ``optimize`` is true (the default); ``optimize=False`` writes the graph as the op
+mappings emitted it, which is the reference the passes' tests compare against.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..builder import Graph, Op, Tensor, _flatten
+
+OPTION = "optimize"
+
+
+def enabled(ctx) -> bool:
+    return bool(ctx.options.get(OPTION, True))
+
+
+class Index:
+    """Producer and readers of every tensor of the live graph, built once per sweep.
+
+    ``uses[id(t)]`` lists ``(op, position)``: an argument index, ``("list", i)`` for a tensor
+    inside a list argument, or ``("attr", name)``."""
+
+    def __init__(self, g: Graph):
+        g.ops = g.live_ops()
+        self.g = g
+        self.producer: dict[int, Op] = {}
+        self.uses: dict[int, list] = {}
+        for op in g.ops:
+            for o in op.outputs:
+                self.producer[id(o)] = op
+            for i, a in enumerate(op.args):
+                if isinstance(a, Tensor):
+                    self.uses.setdefault(id(a), []).append((op, i))
+                elif isinstance(a, (list, tuple)):
+                    for x in _flatten(a):
+                        if isinstance(x, Tensor):
+                            self.uses.setdefault(id(x), []).append((op, ("list", i)))
+            for k, v in op.attrs.items():
+                for x in _flatten([v]):
+                    if isinstance(x, Tensor):
+                        self.uses.setdefault(id(x), []).append((op, ("attr", k)))
+        self.outputs = {id(t) for t in g.outputs}
+
+    def readers(self, t: Tensor) -> list:
+        return self.uses.get(id(t), [])
+
+    def only_reader(self, t: Tensor):
+        """``(op, position)`` when ``t`` has exactly one reader and is not a graph output."""
+        u = self.readers(t)
+        if len(u) != 1 or id(t) in self.outputs:
+            return None
+        return u[0]
+
+    def made_by(self, t, kind: str | tuple) -> Op | None:
+        """The op producing ``t`` when it is of ``kind`` (a name or a tuple of names)."""
+        if not isinstance(t, Tensor):
+            return None
+        op = self.producer.get(id(t))
+        kinds = (kind,) if isinstance(kind, str) else kind
+        return op if op is not None and op.kind in kinds else None
+
+
+def const(t) -> torch.Tensor | None:
+    """The value of a constant operand, else None."""
+    return t.value if isinstance(t, Tensor) and t.value is not None else None
+
+
+def scalar_const(t) -> float | None:
+    v = const(t)
+    if v is None or v.numel() != 1:
+        return None
+    return float(v.reshape(()))
+
+
+def channel_vector(p, rank: int, axis: int, channels: int) -> torch.Tensor | None:
+    """A constant operand beside a rank-``rank`` tensor as a vector over ``axis`` (size
+    ``channels``), or None when it varies along another axis or is not constant. The graph
+    equalises ranks before binary ops, so only rank-0 and rank-``rank`` constants qualify."""
+    v = const(p)
+    if v is None:
+        return None
+    if v.dim() == 0 or v.numel() == 1 and v.dim() <= rank:
+        return v.reshape(()).expand(channels)
+    if v.dim() != rank:
+        return None
+    for i, d in enumerate(v.shape):
+        if i != axis and d != 1:
+            return None
+    if v.shape[axis] != channels:
+        return None
+    return v.reshape(-1)
+
+
+def label_of(g: Graph, t: Tensor) -> str | None:
+    for v in g.variables:
+        if v.tensor is t:
+            return v.label
+    return None
+
+
+def derived(g: Graph, like: Tensor | None, data: torch.Tensor, suffix: str | None = None):
+    """A constant computed from ``like``: inline when small, else a variable under
+    ``like``'s file label (the original, once unused, is not written). ``suffix`` replaces
+    the label's last component (``conv.weight`` -> ``conv.bias``)."""
+    data = data.detach().contiguous()
+    if data.numel() <= 8:
+        return g.const(data)
+    label = label_of(g, like) if like is not None else None
+    if label and suffix:
+        label = label.rsplit(".", 1)[0] + "." + suffix if "." in label else label + "." + suffix
+    return g.variable(data.clone(), label)
+
+
+def replace_uses(g: Graph, old: Tensor, new: Tensor) -> None:
+    """Every reader of ``old`` (and the graph outputs) reads ``new`` instead."""
+    def sub(v):
+        if v is old:
+            return new
+        if isinstance(v, list):
+            return [sub(x) for x in v]
+        if isinstance(v, tuple):
+            return tuple(sub(x) for x in v)
+        return v
+
+    for op in g.ops:
+        op.args = [sub(a) for a in op.args]
+        op.attrs = {k: sub(v) for k, v in op.attrs.items()}
+    g.outputs = [new if t is old else t for t in g.outputs]
+
+
+def produce_as(g: Graph, op: Op, target: Tensor) -> None:
+    """Make ``op`` write ``target`` (a tensor readers already use) instead of its own
+    output; the ops between them, now unread, are dropped by the next index."""
+    op.outputs[0] = target
+
+
+def move_before(g: Graph, ops: list[Op], anchor: Op) -> None:
+    """Place ``ops`` (just appended by the builder) right before ``anchor``."""
+    ids = {id(o) for o in ops}
+    g.ops = [o for o in g.ops if id(o) not in ids]
+    at = g.ops.index(anchor)
+    g.ops[at:at] = ops
+
+
+def emit_before(g: Graph, anchor: Op, build) -> Tensor:
+    """Run ``build()`` (which emits ops through the builder API) and move what it emitted
+    before ``anchor``; returns what ``build`` returned."""
+    start = len(g.ops)
+    out = build()
+    new = g.ops[start:]
+    if new:
+        move_before(g, new, anchor)
+    return out
+
+
+def float64(v: torch.Tensor) -> torch.Tensor:
+    return v.to(torch.float64)
