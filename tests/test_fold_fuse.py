@@ -1,0 +1,242 @@
+"""The folding and fusing passes (t2n/passes: merge_pad, fold_affine, fuse_norm,
+fold_affine_input, einsum_to_matmul, fuse_linear, fold_scale, transpose_first).
+
+Each pass is tested differentially: the export (passes on, the default) runs in tract and is
+compared with PyTorch eager, and the op histogram shows that the rewrite happened; cases the
+pass must leave alone are checked on the graph (``optimize=False`` gives the graph as the
+mappings wrote it)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from t2n import api
+from t2n.testing import FunctionModule, assert_exports
+
+
+def _fn(fn, *modules):
+    """A module computing ``fn``; ``modules`` (used inside ``fn``) become its submodules so
+    that their weights are parameters, not traced constants."""
+    f = FunctionModule(fn)
+    f.parts = nn.ModuleList(modules)
+    return f
+
+
+def _hist(model, args, **kw):
+    return api.export_graph(model, args, **kw).op_histogram()
+
+
+def _randomise_bn(model):
+    for m in model.modules():
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
+            m.running_mean.uniform_(-1, 1)
+            m.running_var.uniform_(0.5, 2)
+            m.weight.data.uniform_(0.5, 2)
+            m.bias.data.uniform_(-1, 1)
+    return model.eval()
+
+
+# ---------------------------------------------------------------------------- fold_affine
+class ConvBN(nn.Module):
+    def __init__(self, groups=1, bias=False, dims=2):
+        super().__init__()
+        conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[dims]
+        bn = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}[dims]
+        self.c = conv(4, 8, 3, padding=1, groups=groups, bias=bias)
+        self.bn = bn(8)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.c(x)))
+
+
+@pytest.mark.parametrize("groups,bias,dims", [(1, False, 2), (4, True, 2), (1, True, 1),
+                                              (2, False, 3)])
+def test_batch_norm_folds_into_conv(groups, bias, dims):
+    model = _randomise_bn(ConvBN(groups, bias, dims))
+    x = torch.randn(2, 4, *([6] * dims))
+    r = assert_exports(model, (x,))
+    assert r.op_histogram == {"conv": 1, "relu": 1}, r.op_histogram
+    assert _hist(model, (x,), optimize=False).get("mul") == 1
+
+
+def test_linear_then_batch_norm_1d_and_a_scale_fold_into_one_linear():
+    model = _randomise_bn(nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5)))
+    f = _fn(lambda x: (model(x) * 3.0 - 1.0) / 2.0, model)
+    r = assert_exports(f, (torch.randn(4, 6),))
+    assert r.op_histogram == {"linear": 1}, r.op_histogram
+
+
+def test_affine_with_a_second_reader_stays():
+    conv = nn.Conv2d(3, 4, 3)
+    def fn(x):
+        y = conv(x)
+        return y * 2.0, y
+
+    f = _fn(fn, conv)
+    h = _hist(f, (torch.randn(1, 3, 5, 5),))
+    assert h.get("mul") == 1  # the conv output is also returned as is
+
+
+def test_non_finite_scale_is_not_folded():
+    conv = nn.Conv2d(3, 4, 3)
+    f = _fn(lambda x: conv(x) * float("inf"), conv)
+    assert _hist(f, (torch.randn(1, 3, 5, 5),)).get("mul") == 1
+
+
+# ---------------------------------------------------------------------------- merge_pad
+def test_zero_pad_merges_into_conv_and_avg_pool_and_inf_pad_into_max_pool():
+    conv = nn.Conv2d(3, 4, 3)
+
+    def fn(x):
+        y = conv(F.pad(x, (1, 2, 0, 1)))  # TF-"same"-style asymmetric padding
+        y = F.avg_pool2d(F.pad(y, (1, 1, 1, 1)), 3, 1, count_include_pad=True)
+        return F.max_pool2d(F.pad(y, (1, 0, 1, 0), value=-math.inf), 2, 2)
+
+    f = _fn(fn, conv)
+    r = assert_exports(f, (torch.randn(1, 3, 9, 9),))
+    assert "pad" not in r.op_histogram, r.op_histogram
+
+
+def test_pads_that_must_stay():
+    conv = nn.Conv2d(3, 4, 3)
+    cases = [
+        lambda x: conv(F.pad(x, (1, 1, 1, 1), mode="reflect")),  # not zeros
+        lambda x: conv(F.pad(x, (1, 1, 1, 1), value=0.5)),  # not zeros
+        lambda x: F.max_pool2d(F.pad(x, (1, 1, 1, 1)), 2),  # zeros, not -inf, before max
+        # the pool's own padding is not counted, the pad's zeros are
+        lambda x: F.avg_pool2d(F.pad(x, (1, 1, 1, 1)), 3, 1, 1, count_include_pad=False),
+        # windows of only padding: -inf after the pad, undefined for the pool
+        lambda x: F.max_pool2d(F.pad(x, (4, 0, 0, 0), value=-math.inf), 2, 2),
+    ]
+    for fn in cases:
+        f = _fn(fn, conv)
+        x = torch.randn(1, 3, 6, 6)
+        assert "pad" in _hist(f, (x,)), fn
+    assert_exports(_fn(cases[0], conv), (torch.randn(1, 3, 6, 6),))
+
+
+# ---------------------------------------------------------------------------- fuse_norm
+@pytest.mark.parametrize("eps", [1e-5, 0.5])
+def test_layer_norm_and_rms_norm_use_tract_rms_norm(eps):
+    ln = nn.LayerNorm(16, eps=eps)
+    rms = nn.RMSNorm(16, eps=eps)
+    with torch.no_grad():
+        ln.weight.uniform_(0.5, 2), ln.bias.uniform_(-1, 1), rms.weight.uniform_(0.5, 2)
+    f = _fn(lambda x: (ln(x * 3 + 1), rms(x)), ln, rms)
+    x = torch.randn(2, 5, 16)
+    x[0, 1] = 0.0  # a constant row: the centred values are all zero
+    r = assert_exports(f, (x,))
+    assert r.op_histogram.get("tract_core_rms_norm") == 2, r.op_histogram
+    assert "rsqrt" not in r.op_histogram
+
+
+def test_norm_nan_propagates_like_pytorch():
+    ln = nn.LayerNorm(8)
+    x = torch.randn(3, 8)
+    x[1, 2] = float("nan")
+    r = assert_exports(_fn(lambda x: ln(x), ln), (x,))
+    assert r.op_histogram.get("tract_core_rms_norm") == 1
+
+
+def test_norm_over_two_axes_is_not_fused():
+    ln = nn.LayerNorm([4, 6])
+    f = _fn(lambda x: ln(x), ln)
+    x = torch.randn(2, 4, 6)
+    assert "tract_core_rms_norm" not in _hist(f, (x,))
+    assert_exports(f, (x,))
+
+
+# ---------------------------------------------------------------------------- fold_affine_input
+def test_layer_norm_affine_folds_into_every_reading_linear():
+    ln, q, k = nn.LayerNorm(12), nn.Linear(12, 8), nn.Linear(12, 8, bias=False)
+    with torch.no_grad():
+        ln.weight.uniform_(0.5, 2), ln.bias.uniform_(-1, 1)
+    f = _fn(lambda x: q(ln(x)) + k(ln(x)) * 2, ln, q, k)
+    x = torch.randn(3, 12)
+    r = assert_exports(f, (x,))
+    h = r.op_histogram
+    assert h.get("linear") == 2 and "mul" not in h or h.get("mul") == 1, h
+    # with a residual reader the affine stays
+    g = _fn(lambda x: q(ln(x)) + ln(x)[:, :8], ln, q)
+    assert _hist(g, (x,)).get("mul") == 1
+
+
+# ---------------------------------------------------------------------------- einsum_to_matmul
+@pytest.mark.parametrize("expr,sa,sb", [
+    ("bhxe,bhye->bhxy", (2, 3, 4, 5), (2, 3, 6, 5)),
+    ("bhxy,bhye->bhxe", (2, 3, 4, 6), (2, 3, 6, 5)),
+    ("bkx,bky->bxy", (2, 5, 4), (2, 5, 3)),  # contracted axis first in both
+    ("bij,bjk->bik", (1, 4, 5), (3, 5, 2)),  # broadcast batch
+])
+def test_matmul_like_einsums_become_matmul(expr, sa, sb):
+    f = FunctionModule(lambda a, b: torch.einsum(expr, a, b))
+    r = assert_exports(f, (torch.randn(*sa), torch.randn(*sb)))
+    assert r.op_histogram.get("matmul") == 1 and "tract_core_einsum" not in r.op_histogram, \
+        r.op_histogram
+
+
+def test_other_einsums_stay():
+    for expr, sa, sb in [("bij,bjk->bki", (2, 3, 4), (2, 4, 5)),  # result transposed
+                         ("ij,ij->i", (3, 4), (3, 4))]:
+        f = FunctionModule(lambda a, b, e=expr: torch.einsum(e, a, b))
+        assert "tract_core_einsum" in _hist(f, (torch.randn(*sa), torch.randn(*sb))), expr
+
+
+# ---------------------------------------------------------------------------- fold_scale
+class QKV(nn.Module):
+    """Fused-qkv self-attention written out (timm's ViT attention)."""
+
+    def __init__(self, dim=16, heads=2, divide=False, leak=False):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.heads, self.divide, self.leak = heads, divide, leak
+
+    def forward(self, x):
+        b, n, c = x.shape
+        y = self.qkv(x)
+        qkv = y.reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        d = c // self.heads
+        s = q @ k.transpose(-2, -1)
+        s = s / math.sqrt(d) if self.divide else s * d ** -0.5
+        out = (s.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c)
+        return (out, y[..., 12:20]) if self.leak else out
+
+
+@pytest.mark.parametrize("divide", [False, True])
+def test_attention_scale_folds_into_the_q_projection(divide):
+    m = QKV(divide=divide).eval()
+    x = torch.randn(2, 5, 16)
+    r = assert_exports(m, (x,))
+    h = r.op_histogram
+    assert "mul" not in h and "div" not in h, h
+    assert h.get("matmul") == 2 and "tract_core_einsum" not in h, h
+
+
+def test_scale_stays_when_the_projection_has_another_reader():
+    m = QKV(leak=True).eval()  # channels of both q and k are also an output
+    x = torch.randn(1, 4, 16)
+    assert _hist(m, (x,)).get("mul") == 1
+    assert_exports(m, (x,))
+
+
+# ---------------------------------------------------------------------------- transpose_first
+def test_patch_embedding_transpose_moves_before_the_flatten():
+    conv = nn.Conv2d(3, 8, 4, stride=4)
+    f = _fn(lambda x: F.layer_norm(conv(x).flatten(2).transpose(1, 2), (8,)), conv)
+    x = torch.randn(2, 3, 16, 16)
+    g = api.export_graph(f, (x,))
+    kinds = [op.kind for op in g.live_ops()]
+    assert kinds.index("transpose") < kinds.index("reshape"), kinds
+    assert_exports(f, (x,))
+
+
+def test_optimize_false_keeps_the_mapping_graph():
+    model = _randomise_bn(ConvBN())
+    x = torch.randn(1, 4, 6, 6)
+    h = _hist(model, (x,), optimize=False)
+    assert h.get("mul") == 1 and h.get("add") == 1
+    assert_exports(model, (x,), optimize=False)
