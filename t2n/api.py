@@ -163,7 +163,7 @@ class _Built:
 
 
 def _build(model, binding, output_names, dynamic_axes, options,
-           stream_spec=None) -> _Built:
+           stream_spec=None, target: str = "tract") -> _Built:
     """capture -> walk -> passes: the graph the writer serialises."""
     args = binding.tensors
     in_names = _names(binding.names, len(args), "input", "input")
@@ -203,7 +203,8 @@ def _build(model, binding, output_names, dynamic_axes, options,
         g.reserve_name(name)
         handles.append(t)
     g.set_outputs(handles, out_names)
-    passes.run_pipeline(g, passes.PassContext(model=model, args=args, options=dict(options)))
+    passes.run_pipeline(g, passes.PassContext(model=model, args=args, options=dict(options),
+                                              target=target))
     if spec is not None:
         _stream.refusals(g, spec)
     return _Built(g, inputs, handles, out_names, list(captured.tracer_warnings),
@@ -282,7 +283,8 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         raise UsageError(f"cannot write {f}: directory {os.path.dirname(os.path.abspath(f))} "
                          "does not exist")
     built = _build(model, binding, output_names, dynamic_axes, options,
-                   (streaming, pulse) if streaming is not None or pulse is not None else None)
+                   (streaming, pulse) if streaming is not None or pulse is not None else None,
+                   target=tgt.name)
     g, inputs, handles, out_names = built.graph, built.inputs, built.outputs, built.output_names
     tgt.lower(g)
 

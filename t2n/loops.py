@@ -66,7 +66,8 @@ def render_fragments(g: Graph) -> list[str]:
     while todo:
         graph = todo.pop()
         for op in graph.live_ops():
-            name = op.attrs.get("body") if op.kind == "tract_core_scan" else None
+            # a scan names its body; a composed op (t2n.passes.compose) is its fragment
+            name = op.attrs.get("body") if op.kind == "tract_core_scan" else op.kind
             if name in frags and name not in used:
                 used.add(name)
                 todo.append(frags[name].body)

@@ -56,7 +56,7 @@ def test_export_result_is_complete_and_readable(mlp, tmp_path):
     assert r.path == str(path) and os.path.getsize(path) == r.archive_bytes
     assert [(i.name, i.shape, i.dtype) for i in r.inputs] == [("x", [3, 8], "f32")]
     assert [(o.name, o.shape, o.dtype) for o in r.outputs] == [("logits", [3, 4], "f32")]
-    assert r.op_histogram.get("matmul") == 2 and r.op_count == sum(r.op_histogram.values())
+    assert r.op_histogram.get("linear") == 2 and r.op_count == sum(r.op_histogram.values())
     assert r.passed is True
     (c,) = r.checks
     assert c.name == "logits" and c.ok and 0 <= c.max_abs_err < 1e-5

@@ -26,8 +26,8 @@ from .rewrite import Index, enabled
 
 
 def run(g: Graph, ctx) -> None:
-    if not enabled(ctx):
-        return
+    if not enabled(ctx) or getattr(g, "streaming", None) is not None:
+        return  # a streaming export keeps its explicit pads and layout for tract's pulsing
     index = Index(g)
     dropped = set()
     for op in list(g.ops):

@@ -22,8 +22,8 @@ from .rewrite import Index, enabled
 
 
 def run(g: Graph, ctx) -> None:
-    if not enabled(ctx):
-        return
+    if not enabled(ctx) or getattr(g, "streaming", None) is not None:
+        return  # a streaming export keeps its explicit pads and layout for tract's pulsing
     index = Index(g)
     for op in list(g.ops):
         if op.kind != "transpose" or len(op.args) != 1:
