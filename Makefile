@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.t2n-installed
-DEMO_OUT ?= out/resnet18.nnef.tgz
+DEMO_OUT ?= out/resnet18.nnef.tar
 
 .PHONY: all demo test install clean
 

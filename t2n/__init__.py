@@ -1,7 +1,7 @@
 """t2n: export PyTorch models to NNEF archives that the tract inference engine runs.
 
     import t2n
-    result = t2n.export(model, (x,), "model.nnef.tgz", check=True)
+    result = t2n.export(model, (x,), "model.nnef.tar", check=True)
     print(result.report())
 
 Heavy modules (the engine, tract) load on first use, so ``import t2n`` costs little more

@@ -62,7 +62,7 @@ def run_entry(entry, work: str, out_dir: str, trust_pickle: bool = False) -> Ent
     result_path = os.path.join(work, f"{safe}.result.json")
     data = entry.to_json()
     data["trust_pickle"] = bool(data.get("trust_pickle") or trust_pickle)
-    data["out"] = os.path.join(out_dir, f"{safe}.nnef.tgz")
+    data["out"] = os.path.join(out_dir, f"{safe}.nnef.tar")
     with open(spec_path, "w") as f:
         json.dump(data, f)
     env = dict(os.environ)

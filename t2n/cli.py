@@ -94,7 +94,7 @@ def cli(debug: bool):
 
     \b
     Export a model and check that tract reproduces PyTorch's outputs:
-      t2n export model.pt -o model.nnef.tgz --input x:1x3x224x224:f32 --check
+      t2n export model.pt -o model.nnef.tar --input x:1x3x224x224:f32 --check
     Check every model of a manifest (for CI):
       t2n check models.toml --junit report.xml
     Export a language model (prefill + decoding) and check it generates the same tokens:
@@ -112,7 +112,8 @@ def cli(debug: bool):
 @cli.command("export")
 @click.argument("model", metavar="MODEL")
 @click.option("-o", "--output", "output", required=True, metavar="OUT",
-              help="Archive to write: OUT.tgz (gzip tar), OUT.tar, or a directory.")
+              help="Archive to write: OUT.tar (tar, loads fastest), OUT.tgz (gzip tar: "
+                   "decompressed at every load), or a directory.")
 @click.option("-i", "--input", "inputs", multiple=True, metavar="NAME:DIMS:DTYPE",
               help="One model input, in order: e.g. x:1x3x224x224:f32 or ids:2x16:i64 "
                    "(repeat for each input; DIMS 'scalar' for rank 0).")
@@ -170,10 +171,10 @@ def export_cmd(model, output, inputs, check, dynamic, stream, pulse, output_name
 
     \b
     Examples:
-      t2n export resnet.pt -o resnet.nnef.tgz --input x:1x3x224x224:f32 --check
-      t2n export mypkg.models:make_mlp -o mlp.nnef.tgz --input x:8x64:f32 --dynamic x:0=B
-      t2n export mypkg.lm:build -o lm.nnef.tgz --input ids:1x16:i64 --int-range 0:1000
-      t2n export mypkg.kws:build -o kws.nnef.tgz --input x:1x40x64:f32 --dynamic x:2=S \
+      t2n export resnet.pt -o resnet.nnef.tar --input x:1x3x224x224:f32 --check
+      t2n export mypkg.models:make_mlp -o mlp.nnef.tar --input x:8x64:f32 --dynamic x:0=B
+      t2n export mypkg.lm:build -o lm.nnef.tar --input ids:1x16:i64 --int-range 0:1000
+      t2n export mypkg.kws:build -o kws.nnef.tar --input x:1x40x64:f32 --dynamic x:2=S \
           --stream S --pulse 8 --check
     """
     from . import specs

@@ -240,3 +240,42 @@ def test_optimize_false_keeps_the_mapping_graph():
     h = _hist(model, (x,), optimize=False)
     assert h.get("mul") == 1 and h.get("add") == 1
     assert_exports(model, (x,), optimize=False)
+
+
+# ---------------------------------------------------------------------------- compose
+class Composite(nn.Module):
+    """One of each composite the compose pass names (GELU, layer norm, ReLU6, a batch norm
+    after a concat, mean without keepdim, chunk)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(3, 4, 1)
+        self.bn = nn.BatchNorm2d(8)
+        self.ln = nn.LayerNorm(8)
+
+    def forward(self, x):
+        y = self.bn(torch.cat([self.c1(x), self.c2(x)], 1))  # not foldable: after a concat
+        a, b = F.relu6(y).chunk(2, dim=1)
+        m = (a * b).mean((2, 3))
+        return F.gelu(self.ln(torch.cat([m, m * 2], 1)))
+
+
+def test_composites_become_fragment_calls_and_match():
+    model = _randomise_bn(Composite())
+    x = torch.randn(2, 3, 6, 6) * 4
+    r = assert_exports(model, (x,))
+    h = r.op_histogram
+    for name in ("t2n_gelu", "t2n_layer_norm", "t2n_clamp", "t2n_mean", "t2n_split2"):
+        assert h.get(name) == 1, (name, h)
+    assert h.get("t2n_scale_shift") == 2, h  # the batch norm and the layer norm's affine
+    assert "tract_core_erf" not in h and "max" not in h and "slice" not in h, h
+
+
+def test_compose_is_for_tract_only(tmp_path):
+    ln = nn.LayerNorm(8)
+    f = _fn(lambda x: F.gelu(ln(x)), ln)
+    t2n = pytest.importorskip("t2n")
+    t2n.export(f, (torch.randn(2, 8),), str(tmp_path / "k.nnef"), target="khronos")
+    text = (tmp_path / "k.nnef" / "graph.nnef").read_text()
+    assert "t2n_gelu" not in text and "tract_core" not in text
+    assert "t2n_gelu" in _hist(f, (torch.randn(2, 8),))
