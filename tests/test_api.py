@@ -62,7 +62,7 @@ def test_export_result_is_complete_and_readable(mlp, tmp_path):
     assert c.name == "logits" and c.ok and 0 <= c.max_abs_err < 1e-5
     text = r.report()
     assert text.splitlines()[0].startswith(f"exported {path} (")
-    for needle in ("input  x: 3x8 f32", "output logits: 3x4 f32", "ops: ", "matmul 2",
+    for needle in ("input  x: 3x8 f32", "output logits: 3x4 f32", "ops: ", "linear 2",
                    "check in tract: PASSED", "logits: ok max_abs_err="):
         assert needle in text, needle
     with tarfile.open(path) as t:
