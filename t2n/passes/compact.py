@@ -1,31 +1,20 @@
 """Channel compaction: remove the output channels that structured pruning zeroed.
 
 A convolution (or a matrix product with a constant weight) whose filter is all zero for an
-output channel computes, for that channel, a constant: its bias (0 for a matrix product)
-everywhere. Per-channel ops after it (batch normalization, bias adds, scales, activations)
-turn that constant into another constant ``c``. The layers that consume the channel then
-see ``c`` in every position, so the channel can be removed:
+output channel computes a constant for it (its bias); per-channel ops after it (batch norm,
+scales, activations) make it another constant ``c``, and pooling, reductions, squeezes and
+a flatten carry it on (``compact_layout``). So the channel goes: the producer's filter and
+bias lose it, so do the per-channel constants on the way, and each consumer (a convolution
+with ``groups = 1``, a matrix product over the channel axis) loses the matching input and
+folds what ``c`` contributed into its bias, ``bias[o] += c * sum(W[o, k, ...])`` (exact; a
+zero-padded consumer gets a border map instead, see ``_add_border_map``). Anything else
+that reads a channel (a graph output, a residual ``add``, a concatenation, a grouped
+convolution) leaves the producer as it is: the pass never changes a result. Layers are
+visited last first, so a border map added after a consumer never blocks its own plan.
 
-* the producer's filter (and bias) lose the channel;
-* every per-channel op on the way loses it from its per-channel constants;
-* each consumer (convolution with ``groups = 1``, matrix product over the channel axis)
-  loses the matching input channel, and what ``c`` contributed is folded into its bias:
-  ``bias[o] += c * sum(W[o, k, ...])``. That is exact for a matrix product and for a
-  convolution without padding; with zero padding the border positions see fewer taps, so
-  such a channel is removed only when ``c == 0`` exactly (as after ReLU of a non-positive
-  value); otherwise it is kept.
-
-Anything else that reads a channel (a graph output, a residual ``add`` with another tensor,
-a concatenation, a grouped or depthwise convolution, a reshape, a pooling) is not understood
-as per-channel, so the whole producer is left as it is: the pass never changes a result.
-In a residual network that still removes the channels of the inner convolutions of each
-block, where most of the parameters are.
-
-The pass works on the NNEF graph (:class:`t2n.builder.Graph`), after the walk, so it does
-not depend on how the model was written. It runs for ``t2n.export(..., compact=True)`` and
-reports per-layer figures (sparsity, channels removed, parameters before and after) in
-``ExportResult.extras["layers"]`` and the report, also without ``compact`` when the model
-has ``torch.nn.utils.prune`` pruning attached.
+The pass runs for ``t2n.export(..., compact=True)`` and reports per-layer figures
+(sparsity, channels removed, parameters) in ``ExportResult.extras["layers"]`` and the
+report, also without ``compact`` when the model has ``torch.nn.utils.prune`` attached.
 """
 
 from __future__ import annotations
@@ -35,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from ..builder import Graph, Op, Tensor
-from . import GraphPass, PassContext
+from . import GraphPass, PassContext, compact_layout
 from .channels import (ARITY, ELEMENTWISE, conv_bias, is_const, is_output, linear_bias_add,
                        linear_weight, op_order, per_channel, set_conv_bias, tensor_uses,
                        variable_label, weight_layers)
@@ -144,12 +133,13 @@ class _Plan:
     tensors: list  # chain tensors (their channel axis shrinks)
     values: dict  # id(chain tensor) -> per-channel constant of a zero channel [C]
     consumers: list  # [(op, kind, exact)]
+    layout: dict  # id(chain tensor) -> (channel axis, features per channel): compact_layout
 
 
 def compact_graph(g: Graph) -> None:
     """Remove every removable zero output channel (see the module docstring)."""
     uses, order = tensor_uses(g), op_order(g)
-    for op in weight_layers(g):
+    for op in reversed(weight_layers(g)):  # last first (see the module docstring)
         plan = _plan(g, op, uses, order)
         if plan is not None and _apply(g, plan, uses):
             uses, order = tensor_uses(g), op_order(g)
@@ -187,7 +177,8 @@ def _plan(g: Graph, op: Op, uses, order) -> _Plan | None:
     out = op.outputs[0]
     if out.rank <= axis or out.shape[axis] != channels:
         return None
-    plan = _Plan(op, axis, zero, [], [out], {id(out): c0}, [])
+    plan = _Plan(op, axis, zero, [], [out], {id(out): c0}, [], {id(out): (axis, 1)})
+    moved = set()  # ops that carry the channels without computing (compact_layout)
     # every op reached from the producer's output: per-channel ops, up to the consumers
     reached: dict[int, Op] = {}
     stack, seen = [out], set()
@@ -201,17 +192,24 @@ def _plan(g: Graph, op: Op, uses, order) -> _Plan | None:
         for user, pos in uses.get(id(t), []):
             if not isinstance(pos, int):
                 return None
-            kind = _consumer_kind(user, pos, t, axis, channels)
+            lay = plan.layout[id(t)]
+            kind = _consumer_kind(user, pos, t, lay[0], channels * lay[1])
+            nxt = None if kind else compact_layout.through(user, pos, t, lay, channels)
             if kind is not None:
                 plan.consumers.append((user, t, kind))
-            elif user.kind not in ELEMENTWISE or len(user.outputs) != 1:
+            elif nxt is None and (user.kind not in ELEMENTWISE or len(user.outputs) != 1
+                                  or lay[1] != 1):
                 return None
             elif id(user) not in reached:
                 reached[id(user)] = user
+                plan.layout[id(user.outputs[0])] = nxt or lay
+                moved.update([id(user)] if nxt else [])
                 stack.append(user.outputs[0])
     # evaluate them in graph order: an op may combine several chain tensors (x * sigmoid(x))
     for user in sorted(reached.values(), key=lambda o: order[id(o)]):
-        value = _through(user, axis, channels, plan.values)
+        ax = plan.layout[id(user.outputs[0])][0]
+        value = plan.values.get(id(user.args[0])) if id(user) in moved else \
+            _through(user, ax, channels, plan.values)
         if value is None:
             return None
         o = user.outputs[0]
@@ -328,20 +326,25 @@ def _apply(g: Graph, plan: _Plan, uses) -> bool:
         _, waxis = linear_weight(op)
         op.args[1] = _replace(g, w, w.value.index_select(waxis, keep))
     for user in plan.chain:
+        axis = plan.layout[id(user.outputs[0])][0]
         for i, a in enumerate(user.args):
             if isinstance(a, Tensor) and id(a) not in plan.values and a.is_const \
                     and axis < a.rank and a.shape[axis] == channels:
                 user.args[i] = _replace(g, a, a.value.index_select(axis, keep))
     for t in plan.tensors:
-        shape = list(t.shape)
-        shape[axis] = int(keep.numel())
+        shape, (axis, block) = list(t.shape), plan.layout[id(t)]
+        shape[axis] = int(keep.numel()) * block
         t.shape = tuple(shape)
+    for user in plan.chain:
+        compact_layout.resize(user)
     for user, t, kind in plan.consumers:
-        c = plan.values[id(t)][gone]
+        c, block = plan.values[id(t)][gone], plan.layout[id(t)][1]
         if kind == "conv":
             _shrink_conv_input(g, user, keep, gone, c)
         else:
-            _shrink_linear_input(g, user, keep, gone, c, uses)
+            _shrink_linear_input(g, user, compact_layout.features(keep, block),
+                                 compact_layout.features(gone, block),
+                                 c.repeat_interleave(block), uses)
     return True
 
 
