@@ -83,8 +83,8 @@ def channel_vector(p, rank: int, axis: int, channels: int) -> torch.Tensor | Non
     ``channels``), or None when it varies along another axis or is not constant. The graph
     equalises ranks before binary ops, so only rank-0 and rank-``rank`` constants qualify."""
     v = const(p)
-    if v is None:
-        return None
+    if v is None or not isinstance(channels, int) or channels < 0:
+        return None  # a size the graph does not know statically
     if v.dim() == 0 or v.numel() == 1 and v.dim() <= rank:
         return v.reshape(()).expand(channels)
     if v.dim() != rank:
