@@ -90,13 +90,15 @@ def _source(g: Graph, index: Index, t: Tensor):
         op = index.producer.get(id(cur))
         if op is None:
             return None
-        if op.kind == "linear":
+        if op.kind == "linear" or _matmul_bias(index, op) is not None:
             break
         if op.kind not in _LAYOUT or not isinstance(op.args[0], Tensor):
             return None
         path.append(op)
         cur = op.args[0]
     lin, y = op, cur
+    if lin.kind == "add":  # matmul(x, W, transposeB) + b, not written as linear
+        lin = _matmul_bias(index, op)
     if not _static(y) or y.rank < 1 or len(lin.args) != 3:
         return None
     w, b = lin.args[1], lin.args[2]
@@ -139,6 +141,62 @@ def _source(g: Graph, index: Index, t: Tensor):
         if bool(taken[idx[id(leaf)].reshape(-1) % c].any()):
             return None
     return lin, chans
+
+
+class _Pair:
+    """``matmul(x, W, transposeB = true)`` + ``add(., b)`` seen as ``linear(x, W, b)``:
+    ``args`` reads and writes the weight in the matmul and the bias in the add."""
+
+    def __init__(self, mm: Op, add: Op, pos: int):
+        self.mm, self.add, self.pos = mm, add, pos
+        self.outputs = add.outputs
+
+    @property
+    def args(self):
+        return _PairArgs(self)
+
+
+class _PairArgs:
+    def __init__(self, p: _Pair):
+        self.p = p
+
+    def __len__(self):
+        return 3
+
+    def __iter__(self):
+        return iter([self[0], self[1], self[2]])
+
+    def __getitem__(self, i):
+        p = self.p
+        return (p.mm.args[0], p.mm.args[1], p.add.args[1 - p.pos])[i]
+
+    def __setitem__(self, i, v):
+        p = self.p
+        if i == 1:
+            p.mm.args[1] = v
+        elif i == 2:
+            p.add.args[1 - p.pos] = v
+        else:
+            raise IndexError(i)
+
+
+def _matmul_bias(index: Index, op: Op):
+    """A _Pair when ``op`` is the bias add of a matmul with a constant weight."""
+    if op.kind != "add" or len(op.args) != 2:
+        return None
+    for pos in (0, 1):
+        mm = index.made_by(op.args[pos], "matmul")
+        b = op.args[1 - pos]
+        if mm is None or not isinstance(b, Tensor) or b.value is None:
+            continue
+        if index.only_reader(op.args[pos]) is None or len(mm.args) != 2:
+            continue
+        w = mm.args[1]
+        if not mm.attrs.get("transposeB") or mm.attrs.get("transposeA") \
+                or not isinstance(w, Tensor) or w.value is None:
+            continue
+        return _Pair(mm, op, pos)
+    return None
 
 
 def _static(t: Tensor) -> bool:
