@@ -26,12 +26,12 @@ import torch
 
 from ..builder import Graph, Op, Tensor, format_float
 from . import GraphPass
-from .rewrite import Index, const, enabled, scalar_const
+from .rewrite import Index, const, may_fold_weights, scalar_const
 
 
 def run(g: Graph, ctx) -> None:
-    if not enabled(ctx) or ctx.target != "tract":
-        return
+    if not may_fold_weights(ctx) or ctx.target != "tract":
+        return  # (compressed weights: the format planner reads the ops as mapped)
     defined: dict[str, _Fragment] = {}
     for matcher in (_gelu, _layer_norm, _clamp, _scale_shift, _mean, _split):
         index = Index(g)

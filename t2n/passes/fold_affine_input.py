@@ -20,11 +20,11 @@ import torch
 
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
-from .rewrite import Index, channel_vector, derived, enabled, float64
+from .rewrite import Index, may_fold_weights, channel_vector, derived, enabled, float64
 
 
 def run(g: Graph, ctx) -> None:
-    if not enabled(ctx):
+    if not may_fold_weights(ctx):
         return
     changed = True
     while changed:

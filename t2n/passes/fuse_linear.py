@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
-from .rewrite import Index, channel_vector, enabled
+from .rewrite import Index, channel_vector, may_fold_weights
 
 
 def run(g: Graph, ctx) -> None:
-    if not enabled(ctx):
-        return
+    if not may_fold_weights(ctx):
+        return  # compressed weights keep the forms their format was planned on
     index = Index(g)
     for op in list(g.ops):
         if op.kind != "matmul" or len(op.args) != 2 or op.attrs.get("transposeA") \

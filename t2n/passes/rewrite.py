@@ -20,6 +20,14 @@ def enabled(ctx) -> bool:
     return bool(ctx.options.get(OPTION, True))
 
 
+def may_fold_weights(ctx) -> bool:
+    """Passes that compute new weights from the model's (folding) run only when the archive
+    stores float32 weights: a compressed format (``weights="f16"``/``"q4_0"``) rounds the
+    model's own tensors and checks against a rounded copy of the model, which folded
+    weights are not."""
+    return enabled(ctx) and ctx.options.get("weights") in (None, "f32")
+
+
 class Index:
     """Producer and readers of every tensor of the live graph, built once per sweep.
 
