@@ -33,6 +33,9 @@ from .nnef_text import sanitize
 from .tensors import DATA_DEPENDENT_PREFIX, Dim, Op, Tensor, Unavailable, Variable  # noqa: F401
 from .tensors import _python_dtype, _result_type, broadcast_shapes  # noqa: F401
 
+# element-wise ops whose tract kernels take numbers only, in the form tract has for bools
+_BOOL_FORMS = {"max": "or", "min": "and", "mul": "and"}
+
 
 MAX_INLINE_ELEMENTS = 8
 
@@ -286,6 +289,9 @@ class Graph:
             return x if kind == "ne" else self.op("not", x, out_dtype=torch.bool)
         if dtype == torch.bool and kind in ("lt", "gt", "le", "ge"):
             dtype = torch.uint8
+        if dtype == torch.bool and kind in _BOOL_FORMS:
+            # tract's max/min/mul kernels take numbers only; on bools they are or/and
+            kind = _BOOL_FORMS[kind]
         a = self.as_tensor(a, dtype)
         b = self.as_tensor(b, dtype)
         rank = max(a.rank, b.rank)
