@@ -163,16 +163,21 @@ class _Built:
 
 
 def _build(model, binding, output_names, dynamic_axes, options,
-           stream_spec=None, target: str = "tract") -> _Built:
+           stream_spec=None, target: str = "tract", capture_with: str = "trace") -> _Built:
     """capture -> walk -> passes: the graph the writer serialises."""
     args = binding.tensors
     in_names = _names(binding.names, len(args), "input", "input")
     symbols = _symbols_for(dynamic_axes, in_names, args) if dynamic_axes else {}
     spec = _stream.resolve(*stream_spec, symbols, args, in_names) if stream_spec else None
-    captured = capture(model, args, binding)
-    if captured.n_inputs != len(args):
-        raise UsageError(f"the traced model takes {captured.n_inputs} tensor input(s), "
-                         f"{len(args)} given")
+    if capture_with == "export":
+        from .export_capture import capture_export
+
+        program = capture_export(model, binding, symbols, in_names)
+    else:
+        captured = capture(model, args, binding)
+        if captured.n_inputs != len(args):
+            raise UsageError(f"the traced model takes {captured.n_inputs} tensor input(s), "
+                             f"{len(args)} given")
 
     g = Graph()
     g.streaming = spec
@@ -188,13 +193,25 @@ def _build(model, binding, output_names, dynamic_axes, options,
             g.add_symbol(sym)
         inputs.append(g.add_input(name, shape, a.dtype))
 
-    labels: dict[int, str] = {}
-    walker = Walker(g, captured.root, labels)
-    walker.path_prefix = captured.path_prefix
-    outs = walker.run(captured.graph, inputs)
-    if output_names is None and captured.output_names is not None \
-            and len(captured.output_names) == len(outs):
-        output_names = captured.output_names  # ModelOutput fields, cache tensors ...
+    if capture_with == "export":
+        from .fx_walker import FxWalker
+
+        sym_handles = {i: {axis: _sym(name) for axis, name in axes.items()}
+                       for i, axes in symbols.items()}
+        walker = FxWalker(g, program, sym_handles)
+        outs = walker.run(inputs)
+        found_names = walker.output_names
+        g.warnings += [f"the model is valid for {r} only (torch.export's guards)"
+                       for r in program.t2n_ranges]
+        tracer_warnings: list[str] = []
+    else:
+        walker = Walker(g, captured.root, {})
+        walker.path_prefix = captured.path_prefix
+        outs = walker.run(captured.graph, inputs)
+        found_names = captured.output_names
+        tracer_warnings = list(captured.tracer_warnings)
+    if output_names is None and found_names is not None and len(found_names) == len(outs):
+        output_names = found_names  # ModelOutput fields, cache tensors ...
     out_names = _names(output_names, len(outs), "output", "output")
     handles = []
     for t, name in zip(outs, out_names):
@@ -207,12 +224,12 @@ def _build(model, binding, output_names, dynamic_axes, options,
                                               target=target))
     if spec is not None:
         _stream.refusals(g, spec)
-    return _Built(g, inputs, handles, out_names, list(captured.tracer_warnings),
+    return _Built(g, inputs, handles, out_names, tracer_warnings,
                   _stream.stream_axes(spec, symbols, len(args)) if spec else None)
 
 
 def export_graph(model, args, *, input_names=None, output_names=None, dynamic_axes=None,
-                 streaming=None, **options) -> Graph:
+                 streaming=None, capture: str = "trace", **options) -> Graph:
     """The NNEF graph ``export`` would write for these arguments (after the passes).
 
     For tests and tools that inspect the graph (op counts, shapes) without an archive."""
@@ -220,13 +237,21 @@ def export_graph(model, args, *, input_names=None, output_names=None, dynamic_ax
     binding = model_io.bind(model, args, input_names)
     _check_options(options)
     return _build(model, binding, output_names, dynamic_axes, options,
-                  (streaming, None) if streaming is not None else None).graph
+                  (streaming, None) if streaming is not None else None,
+                  _capture_mode(capture)).graph
+
+
+def _capture_mode(capture: str) -> str:
+    if capture not in ("trace", "export"):
+        raise UsageError(f"capture={capture!r}: choose 'trace' (torch.jit.trace) or 'export' "
+                         "(torch.export)")
+    return capture
 
 
 def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None,
            check: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
            weights: str = "f32", streaming: str | None = None, pulse: int | None = None,
-           target: str = "tract", **options) -> ExportResult:
+           target: str = "tract", capture: str = "trace", **options) -> ExportResult:
     """Export ``model`` run on ``args`` to the NNEF archive ``f`` for tract.
 
     ``f`` ending in ``.tgz``/``.tar.gz`` gives a gzip tar, ``.tar`` a tar, anything else a
@@ -259,6 +284,10 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     ``target="khronos"`` writes standard NNEF (Khronos 1.0.5: standard operations only,
     static shapes, weights as held) instead of tract's dialect (:mod:`t2n.targets`); its
     check parses the archive with the Khronos parser and runs nnef-tools' interpreter.
+
+    ``capture="export"`` captures the model with ``torch.export`` (:mod:`t2n.export_capture`)
+    instead of ``torch.jit.trace``: the same mappings, checks and errors; data-dependent
+    Python control flow is then an error instead of being frozen by the trace.
     """
     t0 = time.perf_counter()
     tgt = get_target(target)
@@ -284,7 +313,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
                          "does not exist")
     built = _build(model, binding, output_names, dynamic_axes, options,
                    (streaming, pulse) if streaming is not None or pulse is not None else None,
-                   target=tgt.name)
+                   target=tgt.name, capture_with=_capture_mode(capture))
     g, inputs, handles, out_names = built.graph, built.inputs, built.outputs, built.output_names
     tgt.lower(g)
 

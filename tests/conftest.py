@@ -76,6 +76,23 @@ def _dat_files_read_back(monkeypatch):
     yield
 
 
+@pytest.fixture(params=["trace", "export"])
+def capture(request, monkeypatch):
+    """Run a test through both front ends: ``assert_exports`` (and ``t2n.api.export``)
+    default to this capture. Modules opt in with
+    ``pytestmark = pytest.mark.usefixtures("capture")``; a test may also take ``capture``."""
+    import t2n.api as api
+
+    original = api.export
+
+    def export(*args, **kwargs):
+        kwargs.setdefault("capture", request.param)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(api, "export", export)
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -185,8 +185,10 @@ def build_case(op, sample):
     return module, tensors
 
 
-def run_sample(op, sample, worker, workdir: str, rtol=1e-4, atol=1e-5) -> SampleOutcome:
-    """One sample exported and run; floats compare within ``atol + rtol * |torch|``."""
+def run_sample(op, sample, worker, workdir: str, rtol=1e-4, atol=1e-5,
+               capture: str = "trace") -> SampleOutcome:
+    """One sample exported (with ``capture``) and run; floats compare within
+    ``atol + rtol * |torch|``."""
     import t2n
     from t2n.api import torch_outputs
     from t2n.check import compare
@@ -201,7 +203,7 @@ def run_sample(op, sample, worker, workdir: str, rtol=1e-4, atol=1e-5) -> Sample
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = t2n.export(module, tuple(tensors), path)
+            result = t2n.export(module, tuple(tensors), path, capture=capture)
     except TraceError as e:
         return SampleOutcome("out_of_scope", f"not traceable: {str(e)[:150]}")
     except T2NError as e:
@@ -224,13 +226,16 @@ def run_sample(op, sample, worker, workdir: str, rtol=1e-4, atol=1e-5) -> Sample
     return SampleOutcome("pass")
 
 
-def run_op(op, worker, max_samples: int = 4, dtype: str = "float32") -> OpOutcome:
-    """Every sample of ``op`` in ``dtype`` (a key of :data:`DTYPES`)."""
+def run_op(op, worker, max_samples: int = 4, dtype: str = "float32",
+           capture: str = "trace") -> OpOutcome:
+    """Every sample of ``op`` in ``dtype`` (a key of :data:`DTYPES`), captured with
+    ``capture`` (``"trace"`` or ``"export"``)."""
     torch_dtype, rtol, atol = DTYPES[dtype]
     outcome = OpOutcome(op_key(op))
     with tempfile.TemporaryDirectory(prefix="t2n-opinfo-") as d:
         for sample in samples_of(op, max_samples, torch_dtype):
-            outcome.samples.append(run_sample(op, sample, worker, d, rtol=rtol, atol=atol))
+            outcome.samples.append(run_sample(op, sample, worker, d, rtol=rtol, atol=atol,
+                                              capture=capture))
     if not outcome.samples:
         outcome.samples.append(SampleOutcome("out_of_scope", f"no {dtype} samples"))
     return outcome

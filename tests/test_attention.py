@@ -10,6 +10,9 @@ from t2n.testing import assert_exports
 from t2n.testing import FunctionModule as Fn
 
 
+# every test through both front ends (torch.jit.trace, torch.export): see conftest.capture
+pytestmark = pytest.mark.usefixtures("capture")
+
 def _names(n):
     return [f"x{i}" for i in range(n)]
 

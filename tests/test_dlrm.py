@@ -3,11 +3,15 @@ batch and dynamic ragged id counts, run in tract at several batch sizes."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from fixtures import dlrm
 from t2n.testing import assert_exports
 
+
+# every test through both front ends (torch.jit.trace, torch.export): see conftest.capture
+pytestmark = pytest.mark.usefixtures("capture")
 
 def test_dlrm_dynamic_batch():
     model = dlrm.make_dlrm()

@@ -15,6 +15,9 @@ from test_attention import check, r
 from t2n.testing import FunctionModule as Fn
 
 
+# every test through both front ends (torch.jit.trace, torch.export): see conftest.capture
+pytestmark = pytest.mark.usefixtures("capture")
+
 def _graph_text(model, args, tmp_path, **kw):
     path = tmp_path / "m.nnef"
     t2n.export(model, args, str(path), **kw)

@@ -17,6 +17,9 @@ from t2n.errors import UnsupportedOperatorsError
 from t2n.testing import assert_exports
 from t2n.tract_runner import run_in_tract
 
+# every test through both front ends (torch.jit.trace, torch.export): see conftest.capture
+pytestmark = pytest.mark.usefixtures("capture")
+
 TABLE = torch.tensor([[-0.2, -0.6], [-0.1, -0.4], [-1.9, -1.8], [-1., 1.5], [0.8, -0.7]])
 MODES = ["sum", "mean", "max"]
 DYN = {"indices": {0: "N"}, "offsets": {0: "B"}}

@@ -13,6 +13,9 @@ from t2n.testing import assert_exports
 RTOL, ATOL = 1e-4, 1e-5
 
 
+# every test through both front ends (torch.jit.trace, torch.export): see conftest.capture
+pytestmark = pytest.mark.usefixtures("capture")
+
 @pytest.mark.slow
 def test_resnet18_shaped_at_224_matches_torch():
     model = make_resnet18()

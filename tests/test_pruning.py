@@ -15,6 +15,9 @@ import t2n
 from t2n.testing import assert_exports
 
 
+# every test through both front ends (torch.jit.trace, torch.export): see conftest.capture
+pytestmark = pytest.mark.usefixtures("capture")
+
 class ConvNet(nn.Module):
     """conv -> per-channel affine -> relu -> conv -> relu -> linear: every compaction step."""
 

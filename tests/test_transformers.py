@@ -20,6 +20,9 @@ transformers = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.slow
 
+# every model through both front ends: torch.jit.trace and torch.export
+CAPTURES = pytest.mark.parametrize("capture", ["trace", "export"])
+
 DYN = {"input_ids": {0: "B", 1: "S"}, "attention_mask": {0: "B", 1: "S"}}
 NAMES = ["input_ids", "attention_mask"]
 
@@ -45,40 +48,44 @@ def _inputs(b, s, vocab=100):
     return ids, mask
 
 
-def _check(model, **extra):
+def _check(model, capture, **extra):
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return assert_exports(LastHidden(model.eval(), **extra), _inputs(2, 8),
-                              input_names=NAMES, dynamic_axes=DYN,
+                              input_names=NAMES, dynamic_axes=DYN, capture=capture,
                               more_args=[_inputs(3, 13), _inputs(1, 5)], rtol=1e-4, atol=1e-4)
 
 
+@CAPTURES
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
-def test_bert(impl):
+def test_bert(impl, capture):
     cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
                                   num_attention_heads=4, intermediate_size=64,
                                   max_position_embeddings=64, attn_implementation=impl)
-    res = _check(transformers.BertModel(cfg))
+    res = _check(transformers.BertModel(cfg), capture)
     assert [str(d) for d in res.outputs[0].shape] == ["B", "S", "32"]
 
 
-def test_gpt2_causal():
+@CAPTURES
+def test_gpt2_causal(capture):
     cfg = transformers.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4,
                                   n_positions=64, attn_implementation="sdpa", use_cache=False)
-    _check(transformers.GPT2Model(cfg), use_cache=False)
+    _check(transformers.GPT2Model(cfg), capture, use_cache=False)
 
 
-def test_llama_rmsnorm_rotary_gqa():
+@CAPTURES
+def test_llama_rmsnorm_rotary_gqa(capture):
     cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2,
                                    intermediate_size=64, max_position_embeddings=64,
                                    attn_implementation="sdpa", use_cache=False)
-    _check(transformers.LlamaModel(cfg), use_cache=False)
+    _check(transformers.LlamaModel(cfg), capture, use_cache=False)
 
 
-def test_t5_encoder_relative_positions():
+@CAPTURES
+def test_t5_encoder_relative_positions(capture):
     cfg = transformers.T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2,
                                 num_heads=4, relative_attention_num_buckets=8,
                                 relative_attention_max_distance=16)
-    _check(transformers.T5EncoderModel(cfg))
+    _check(transformers.T5EncoderModel(cfg), capture)

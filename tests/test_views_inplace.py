@@ -1,9 +1,13 @@
 """In-place ops and writes into views: the exported graph computes PyTorch's final values."""
 
+import pytest
 import torch
 
 from t2n.testing import assert_exports
 
+
+# every test through both front ends (torch.jit.trace, torch.export): see conftest.capture
+pytestmark = pytest.mark.usefixtures("capture")
 
 class WritesIntoViews(torch.nn.Module):
     def forward(self, x, z):

@@ -9,6 +9,9 @@ from t2n.testing import assert_exports
 from t2n.testing import FunctionModule as Fn
 
 
+# every test through both front ends (torch.jit.trace, torch.export): see conftest.capture
+pytestmark = pytest.mark.usefixtures("capture")
+
 def slab(x, z):
     y = x.clone()
     y[:, 1:3] = z

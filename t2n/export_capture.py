@@ -1,0 +1,157 @@
+"""``capture="export"``: the model captured with ``torch.export`` instead of the tracer.
+
+``torch.export.export`` records the ATen ops the model runs, functionalised (in-place ops and
+writes into views become ``slice_scatter``/``copy`` chains), with symbolic sizes for the
+dynamic axes (one ``torch.export.Dim`` per t2n symbol, so two inputs sharing a symbol share
+a Dim) and the guards PyTorch derived. Data-dependent Python control flow is an error here
+(the tracer would freeze it silently), and a guard that pins a dynamic axis is reported as a
+frozen axis. Decompositions run only for ops that have no mapping, so the walker sees the
+same ops the trace path sees wherever t2n maps them.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from . import model_io, registry
+from .errors import TraceError, UsageError
+
+
+class _Flat(torch.nn.Module):
+    """The user's model called as the binding says, its result flattened to named tensors
+    (:func:`t2n.model_io.flatten`): export sees tensors in and tensors out, whatever the
+    model returns (``ModelOutput``, cache objects that are no pytree)."""
+
+    def __init__(self, model, binding):
+        super().__init__()
+        self.model = model
+        self.binding = binding
+        names: list[str] = []
+
+        def record(found: list[str]) -> None:
+            names[:] = found
+
+        # closures, not attributes: export may run forward on a copy of this module
+        self.record_names = record
+        self.names = lambda: list(names) or None
+
+    def forward(self, *tensors):
+        names, outs = model_io.flatten(self.binding.call(self.model, tensors))
+        self.record_names(names)
+        return tuple(outs)
+
+
+PREFIX = "model."  # state_dict names of the wrapped model inside _Flat
+
+
+def _dynamic_shapes(n: int, symbols: dict[int, dict[int, str]]):
+    """Every dynamic axis as ``Dim.DYNAMIC``: export may narrow an axis's range (a model
+    valid up to its position table's length) without failing; :func:`_frozen_axes` then
+    refuses an axis export had to fix to one size, and the walker maps each axis's symbol
+    back to the t2n symbol of its name."""
+    from torch.export import Dim
+
+    return {"tensors": tuple({axis: Dim.DYNAMIC for axis in symbols[i]} if symbols.get(i)
+                             else None for i in range(n))}
+
+
+def _frozen_axes(ep, symbols, input_names) -> tuple[list[str], list[str]]:
+    """(axes export fixed to their example size, range notes of the dynamic ones)."""
+    from torch.export.graph_signature import InputKind
+
+    users = [n for n, s in zip([n for n in ep.graph.nodes if n.op == "placeholder"],
+                               ep.graph_signature.input_specs)
+             if s.kind == InputKind.USER_INPUT]
+    frozen, ranges, seen = [], [], set()
+    for i, axes in symbols.items():
+        shape = users[i].meta["val"].shape
+        for axis, name in axes.items():
+            d = shape[axis]
+            if not isinstance(d, torch.SymInt) or d.node.expr.is_number:
+                frozen.append(f"{input_names[i]} axis {axis} ({name}) = {int(d)}")
+                continue
+            vr = ep.range_constraints.get(d.node.expr)
+            if vr is not None and name not in seen and (vr.upper.is_finite or int(vr.lower) > 2):
+                seen.add(name)
+                ranges.append(f"{name} in [{vr.lower}, {vr.upper}]")
+    return frozen, ranges
+
+
+def _unmapped(ep) -> set:
+    """OpOverloads of the program that t2n has no mapping for."""
+    out = set()
+    for n in ep.graph.nodes:
+        t = n.target
+        if n.op == "call_function" and isinstance(t, torch._ops.OpOverload) \
+                and t.namespace == "aten":
+            name = t._schema.name.split("::", 1)[1]
+            if registry.lookup(name) is None:
+                out.add(t)
+    return out
+
+
+def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_names):
+    """The ``ExportedProgram`` of ``model`` called as ``binding`` says (eval mode, no grad),
+    functionalised, with decompositions applied to the ops t2n does not map."""
+    if not isinstance(model, torch.nn.Module) or isinstance(model, torch.jit.ScriptModule):
+        raise UsageError("capture='export' takes an nn.Module (a TorchScript file can only be "
+                         "exported with capture='trace')")
+    was_training = model.training
+    try:
+        model.train(False)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                flat = _Flat(model, binding)
+                ep = torch.export.export(
+                    flat, tuple(binding.tensors),
+                    dynamic_shapes=_dynamic_shapes(len(binding.tensors), symbols)
+                    if symbols else None)
+            except Exception as e:  # torch.export's own diagnosis, as one clear line
+                raise _export_error(e, symbols, input_names) from e
+            frozen, ranges = _frozen_axes(ep, symbols, input_names)
+            if frozen:
+                raise UsageError("the model fixes dynamic axes to their example size (torch."
+                                 "export guards on them): " + ", ".join(frozen) + "; export "
+                                 "them static, or change the code that needs the fixed size")
+            ep = ep.run_decompositions({})
+            for _ in range(4):
+                todo = _unmapped(ep)
+                table = {op: fn for op, fn in torch.export.default_decompositions().items()
+                         if op in todo}
+                if not table:
+                    break
+                ep = ep.run_decompositions(table)
+    finally:
+        model.train(was_training)
+    ep.t2n_ranges = ranges  # the sizes the model is valid for, said in the report
+    ep.t2n_output_names = flat.names()
+    return ep
+
+
+def _user_line(text: str) -> str:
+    """`` at file.py:LINE`` of the innermost frame of the user's code named in ``text``."""
+    import os
+    import re
+
+    frames = [(p, n) for p, n in re.findall(r'File "([^"]+)", line (\d+)', text)
+              if "/torch/" not in p and "/t2n/" not in p and "/transformers/" not in p]
+    return f" at {os.path.basename(frames[-1][0])}:{frames[-1][1]}" if frames else ""
+
+
+def _export_error(e: Exception, symbols, input_names) -> Exception:
+    text = str(e).strip()
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
+    first = first[:400] + _user_line(text)
+    name = type(e).__name__
+    if "Constraint" in name or "specializ" in text or "Not all values of" in text:
+        axes = ", ".join(f"{input_names[i]} axis {a} = {s}" for i, d in symbols.items()
+                         for a, s in d.items())
+        return UsageError("a dynamic axis is frozen by the model: torch.export found that "
+                          f"the code needs a fixed size ({axes}): {first}")
+    if "data-dependent" in text or "GuardOnDataDependent" in name:
+        return TraceError("torch.export cannot capture the model: its Python control flow "
+                          f"depends on tensor values ({first})")
+    return TraceError(f"torch.export failed on the example inputs: {name}: {first}")

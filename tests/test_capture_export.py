@@ -1,0 +1,115 @@
+"""capture="export": torch.export as the front end, with what it adds over the trace
+(torch.cond, loud data-dependent control flow, guards on dynamic axes) and the same
+archives as the trace where both capture the model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import t2n
+from t2n.errors import TraceError, UsageError
+from t2n.testing import FunctionModule, assert_exports
+from t2n.tract_runner import run_in_tract
+
+
+class Branchy(torch.nn.Module):
+    def __init__(self, runtime: bool):
+        super().__init__()
+        self.runtime = runtime
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        pred = x.sum() > 0 if self.runtime else torch.tensor(True)
+        return torch.cond(pred, lambda x: self.lin(x).relu(), lambda x: x * 2.0 - 1.0, (x,))
+
+
+def test_cond_with_a_constant_predicate_is_folded():
+    r = assert_exports(Branchy(False).eval(), (torch.randn(3, 4),), capture="export")
+    assert "select" not in r.op_histogram and r.op_histogram["relu"] == 1
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_cond_with_a_runtime_predicate_selects_in_tract(tmp_path, sign):
+    path = str(tmp_path / "m.nnef")
+    model = Branchy(True).eval()
+    x = torch.rand(3, 4) * sign
+    r = t2n.export(model, (x,), path, capture="export", check=True)
+    assert r.op_histogram["select"] == 1
+    other = -x  # the other branch, run on the same archive
+    got = run_in_tract(path, [other.numpy()])[0]
+    with torch.no_grad():
+        want = model(other).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_data_dependent_control_flow_is_an_error_naming_the_line(tmp_path):
+    class Python(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x * 2
+            return x - 1
+
+    with pytest.raises(TraceError, match=r"depends on tensor values.*test_capture_export\.py"):
+        t2n.export(Python(), (torch.randn(3),), str(tmp_path / "m.nnef"), capture="export")
+
+
+def test_an_axis_the_model_fixes_is_refused(tmp_path):
+    m = FunctionModule(lambda x: x.reshape(4, 3))
+    with pytest.raises(UsageError, match="x axis 0"):
+        t2n.export(m, (torch.randn(2, 6),), str(tmp_path / "m.nnef"), capture="export",
+                   input_names=["x"], dynamic_axes={"x": {0: "B"}})
+
+
+def test_ranges_export_derives_are_reported(tmp_path):
+    table = torch.nn.Embedding(16, 4)
+    m = FunctionModule(lambda ids: table(torch.arange(ids.shape[1]))[None] + ids[..., None])
+    r = t2n.export(m, (torch.randn(2, 5),), str(tmp_path / "m.nnef"), capture="export",
+                   input_names=["ids"], dynamic_axes={"ids": {1: "S"}}, check=True)
+    assert any("S in [" in w for w in r.warnings), r.warnings
+
+
+def test_unknown_capture_refused(tmp_path):
+    with pytest.raises(UsageError, match="capture="):
+        t2n.export(torch.nn.ReLU(), (torch.randn(2),), str(tmp_path / "m.nnef"), capture="jit")
+
+
+def test_torchscript_file_needs_the_trace(tmp_path):
+    path = tmp_path / "m.pt"
+    torch.jit.save(torch.jit.trace(torch.nn.ReLU(), (torch.randn(2),)), str(path))
+    with pytest.raises(UsageError, match="capture='trace'"):
+        t2n.export(str(path), (torch.randn(2),), str(tmp_path / "m.nnef"), capture="export")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_name", ["resnet18", "mlp", "mobilenet_block"])
+def test_both_captures_give_the_same_outputs(tmp_path, model_name):
+    from fixtures.models import example_inputs, make_mlp, make_mobilenet_block, make_resnet18
+
+    model = {"resnet18": make_resnet18, "mlp": make_mlp,
+             "mobilenet_block": make_mobilenet_block}[model_name]()
+    args = example_inputs(model_name)
+    if model_name == "resnet18":
+        args = (torch.randn(1, 3, 64, 64),)
+    outs = {}
+    for capture in ("trace", "export"):
+        path = str(tmp_path / f"{capture}.nnef")
+        t2n.export(model, args, path, capture=capture, check=True, rtol=1e-4, atol=1e-4)
+        outs[capture] = run_in_tract(path, [a.numpy() for a in args])
+    for a, b in zip(outs["trace"], outs["export"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=model_name)
+
+
+@pytest.mark.slow
+def test_transformers_model_as_it_is_names_its_outputs(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.Qwen3Config(vocab_size=64, hidden_size=32, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                   intermediate_size=64, max_position_embeddings=32)
+    model = transformers.Qwen3ForCausalLM(cfg).eval()
+    ids = torch.randint(0, 64, (1, 6))
+    r = t2n.export(model, {"input_ids": ids}, str(tmp_path / "m.nnef"), capture="export",
+                   check=True, rtol=1e-4, atol=1e-4)
+    names = [o.name for o in r.outputs]
+    assert names[0] == "logits" and "present_key_0" in names and "present_value_0" in names
