@@ -154,11 +154,15 @@ def cli(debug: bool):
               type=click.Choice(["tract", "khronos"]),
               help="NNEF dialect: tract (tract_core ops, dynamic shapes) or khronos "
                    "(standard NNEF 1.0.5, checked with nnef-tools).")
+@click.option("--capture", default="trace", show_default=True,
+              type=click.Choice(["trace", "export"]),
+              help="Front end: torch.jit.trace, or torch.export (data-dependent control "
+                   "flow is an error instead of being frozen).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def export_cmd(model, output, inputs, check, dynamic, stream, pulse, output_names, int_range,
-               seed, rtol, atol, trust_pickle, compact, weights, target, quiet,
-               as_json):
+               seed, rtol, atol, trust_pickle, compact, weights, target, capture,
+               quiet, as_json):
     """Export MODEL to an NNEF archive that tract runs.
 
     MODEL is a TorchScript file saved with torch.jit.save, or package.module:callable
@@ -204,7 +208,7 @@ def export_cmd(model, output, inputs, check, dynamic, stream, pulse, output_name
     result = run_export(module, args, output, input_names=input_names,
                         output_names=list(output_names) or None, dynamic_axes=dynamic_axes,
                         check=check, rtol=rtol, atol=atol, quiet=quiet, as_json=as_json,
-                        compact=compact, weights=weights, target=target,
+                        compact=compact, weights=weights, target=target, capture=capture,
                         **({"streaming": stream, "pulse": pulse}
                            if stream is not None or pulse is not None else {}))
     return EXIT_OK if result is not None else EXIT_CHECK_FAILED

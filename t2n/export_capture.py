@@ -60,6 +60,7 @@ def _dynamic_shapes(n: int, symbols: dict[int, dict[int, str]]):
 def _frozen_axes(ep, symbols, input_names) -> tuple[list[str], list[str]]:
     """(axes export fixed to their example size, range notes of the dynamic ones)."""
     from torch.export.graph_signature import InputKind
+    from torch.utils._sympy.numbers import int_oo
 
     users = [n for n, s in zip([n for n in ep.graph.nodes if n.op == "placeholder"],
                                ep.graph_signature.input_specs)
@@ -73,7 +74,7 @@ def _frozen_axes(ep, symbols, input_names) -> tuple[list[str], list[str]]:
                 frozen.append(f"{input_names[i]} axis {axis} ({name}) = {int(d)}")
                 continue
             vr = ep.range_constraints.get(d.node.expr)
-            if vr is not None and name not in seen and (vr.upper.is_finite or int(vr.lower) > 2):
+            if vr is not None and name not in seen and (vr.upper != int_oo or int(vr.lower) > 2):
                 seen.add(name)
                 ranges.append(f"{name} in [{vr.lower}, {vr.upper}]")
     return frozen, ranges
