@@ -238,7 +238,7 @@ def export_graph(model, args, *, input_names=None, output_names=None, dynamic_ax
     _check_options(options)
     return _build(model, binding, output_names, dynamic_axes, options,
                   (streaming, None) if streaming is not None else None,
-                  _capture_mode(capture)).graph
+                  capture_with=_capture_mode(capture)).graph
 
 
 def _capture_mode(capture: str) -> str:
