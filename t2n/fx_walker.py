@@ -110,8 +110,13 @@ class FxWalker:
 
     def _outputs(self, node) -> list:
         outs = []
+        from torch.export.graph_signature import OutputKind
+
         self.output_names = getattr(self.ep, "t2n_output_names", None)
-        for value in _flat([self._value(a) for a in _as_tuple(node.args[0])]):
+        specs = self.ep.graph_signature.output_specs
+        results = [a for a, spec in zip(_as_tuple(node.args[0]), specs)
+                   if spec.kind == OutputKind.USER_OUTPUT]  # not buffer updates
+        for value in _flat([self._value(a) for a in results]):
             if isinstance(value, Unavailable):
                 self._record(value.op, value.reason, None)
                 value = POISON

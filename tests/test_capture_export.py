@@ -113,3 +113,15 @@ def test_transformers_model_as_it_is_names_its_outputs(tmp_path):
                    check=True, rtol=1e-4, atol=1e-4)
     names = [o.name for o in r.outputs]
     assert names[0] == "logits" and "present_key_0" in names and "present_value_0" in names
+
+
+def test_buffer_and_input_updates_are_not_outputs(tmp_path):
+    """export returns the running-stat updates of a training-mode batch norm as extra
+    outputs of the program; the archive's outputs are the model's own."""
+    def fn(x, w, b, rm, rv):
+        return torch.nn.functional.batch_norm(x, rm, rv, w, b, training=True)
+
+    args = (torch.randn(4, 3), torch.rand(3), torch.randn(3), torch.zeros(3), torch.ones(3))
+    r = t2n.export(FunctionModule(fn), args, str(tmp_path / "m.nnef"), capture="export",
+                   check=True)
+    assert len(r.outputs) == 1
