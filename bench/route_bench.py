@@ -347,9 +347,10 @@ def main(argv=None) -> int:
             g = _geomean([r[key] for r in ok.values()])
             worst = max(ok, key=lambda k: ok[k][key])
             print(f"{label} t2n/onnx: geomean {g:.3f}, worst {worst} {ok[worst][key]:.3f}")
-        ctx = [r["nnef_context_s"] for r in ok.values()]
-        print(f"tract.nnef() context, made once per process (not in the load times): "
-              f"median {statistics.median(ctx):.3f} s")
+        ctx = [r["nnef_context_s"] for r in ok.values() if "nnef_context_s" in r]
+        if ctx:
+            print(f"tract.nnef() context, made once per process (not in the load times): "
+                  f"median {statistics.median(ctx):.3f} s")
         more = [k for k, r in ok.items() if r["t2n_ops"] > r["onnx_ops"]]
         print(f"op count t2n <= onnx on {len(ok) - len(more)} of {len(ok)} models"
               + (f" (more on: {', '.join(more)})" if more else ""))
