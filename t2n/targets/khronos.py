@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from ..builder import Graph, Op, Tensor, format_dim
+from ..builder import Graph, Op, Tensor, _flatten, format_dim
 from ..errors import UnsupportedOperatorsError, UsageError
 from .base import Target
 from .capabilities import COMPARE, FLOAT, LOGICAL, khronos_rule
@@ -270,16 +270,6 @@ def _standard_literals(g: Graph) -> None:
         op.args = [fix(a) for a in op.args]
         op.attrs = {k: fix(a) for k, a in op.attrs.items()}
     g.outputs = [fix(t) for t in g.outputs]
-
-
-def _flatten(args) -> list:
-    out = []
-    for a in args:
-        if isinstance(a, (list, tuple)):
-            out.extend(_flatten(a))
-        else:
-            out.append(a)
-    return out
 
 
 KHRONOS = KhronosTarget(name="khronos", extensions=(), declares_symbols=False,
