@@ -30,8 +30,10 @@ from .rewrite import Index, const, may_fold_weights, scalar_const
 
 
 def run(g: Graph, ctx) -> None:
-    if not may_fold_weights(ctx) or ctx.target != "tract":
-        return  # (compressed weights: the format planner reads the ops as mapped)
+    if not may_fold_weights(ctx) or ctx.target != "tract" or g.streaming is not None:
+        # compressed weights: the format planner reads the ops as mapped; streaming: the
+        # pulse refusals name the aten ops, which a fragment call would hide
+        return
     defined: dict[str, _Fragment] = {}
     for matcher in (_gelu, _layer_norm, _clamp, _scale_shift, _mean, _split):
         index = Index(g)
