@@ -41,7 +41,7 @@ def test_reduced_axis_and_columns_grouped():
     assert_cases({"batched": lambda a, b: G(a, b)}, (a3, torch.randn(3, 8, 4)))
 
 
-transformers = pytest.importorskip("transformers")
+import transformers
 
 
 def _mixtral():

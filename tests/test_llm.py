@@ -20,7 +20,7 @@ from t2n import llm
 from t2n.cli import main as cli_main
 from t2n.errors import CheckFailedError, ModelLoadError, UsageError
 
-transformers = pytest.importorskip("transformers")
+import transformers
 
 pytestmark = pytest.mark.slow
 
