@@ -66,12 +66,46 @@ def _load() -> None:
     importlib.import_module("op_mappings")
 
 
-def lookup(name: str) -> Callable | None:
-    """The mapping for an aten op name (``index_add`` for ``index_add_`` too)."""
-    _load()
+# PyTorch's own op aliases (the table of TorchScript's NormalizeOps pass): the tracer rewrites
+# them to the canonical op only in the graph of the traced module itself, so an alias called
+# inside a submodule (every real model, and t2n's own output adapter) reaches the walker
+# under its alias name. Each alias has the canonical op's schema.
+TORCH_ALIASES = {
+    "absolute": "abs", "clip": "clamp", "det": "linalg_det",
+    "matrix_power": "linalg_matrix_power", "ger": "outer", "arccos": "acos",
+    "arcsin": "asin", "arctan": "atan", "arctan2": "atan2", "arccosh": "acosh",
+    "arcsinh": "asinh", "arctanh": "atanh", "fix": "trunc", "negative": "neg",
+    "subtract": "sub", "greater_equal": "ge", "greater": "gt", "less_equal": "le",
+    "less": "lt", "not_equal": "ne", "divide": "div", "multiply": "mul",
+    "true_divide": "div", "linalg_matmul": "matmul", "inverse": "linalg_inv",
+    "concatenate": "cat", "concat": "cat", "row_stack": "vstack", "swapdims": "transpose",
+    "swapaxes": "transpose", "moveaxis": "movedim", "orgqr": "linalg_householder_product",
+    "special_erf": "erf", "special_erfc": "erfc", "special_erfinv": "erfinv",
+    "special_expit": "sigmoid", "special_exp2": "exp2", "special_expm1": "expm1",
+    "special_logit": "logit", "special_logsumexp": "logsumexp", "special_round": "round",
+    "special_log1p": "log1p", "special_sinc": "sinc", "special_digamma": "digamma",
+    "special_psi": "digamma", "special_i0": "i0", "special_xlogy": "xlogy",
+    "special_log_softmax": "log_softmax", "special_softmax": "softmax",
+    "special_multigammaln": "mvlgamma", "special_polygamma": "polygamma",
+    "special_gammainc": "igamma", "special_gammaincc": "igammac",
+    "special_gammaln": "lgamma",
+}
+
+
+def _named(name: str) -> Callable | None:
     fn = _MAPPINGS.get(name)
+    if fn is None and name in TORCH_ALIASES:
+        fn = _MAPPINGS.get(TORCH_ALIASES[name])
+    return fn
+
+
+def lookup(name: str) -> Callable | None:
+    """The mapping for an aten op name (``index_add`` for ``index_add_`` too; PyTorch's
+    aliases such as ``true_divide`` or ``arccos`` use their canonical op's mapping)."""
+    _load()
+    fn = _named(name)
     if fn is None and is_inplace(name):
-        fn = _MAPPINGS.get(name[:-1])
+        fn = _named(name[:-1])
     return fn
 
 

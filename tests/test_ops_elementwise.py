@@ -140,6 +140,25 @@ GROUPS = {
                                                 torch.logical_not(t.f))),
         "bitwise int": on(lambda t: (t.i & t.ib, t.i | t.ib, t.i ^ t.ib, ~t.i)),
     },
+    # PyTorch's op aliases reach the walker unnormalised when called inside a submodule
+    # (the tracer canonicalises only the top graph): each uses its canonical op's mapping
+    "aliases": {
+        "true_divide and divide": on(lambda t: (torch.true_divide(t.i, t.ib),
+                                                torch.divide(t.f, t.fb, rounding_mode="floor"),
+                                                t.f.true_divide(2))),
+        "multiply subtract negative absolute": on(lambda t: (
+            torch.multiply(t.f, t.fb), torch.subtract(t.i, t.ib, alpha=2),
+            torch.negative(t.f), torch.absolute(t.i))),
+        "comparisons by name": on(lambda t: (torch.greater(t.f, t.fb),
+                                             torch.less_equal(t.i, t.ib),
+                                             torch.not_equal(t.f, 0.5))),
+        "arc functions and fix": on(lambda t: (torch.arctan2(t.f, t.fb),
+                                               torch.arcsinh(t.f), torch.fix(t.f))),
+        "swapaxes moveaxis concatenate": on(lambda t: (
+            torch.swapaxes(t.f, 0, 1), torch.moveaxis(t.f, 1, 0),
+            torch.concatenate([t.f, t.f], dim=1))),
+        "in-place alias": on(lambda t: t.f.clone().multiply_(t.fb).clip_(-1, 1)),
+    },
 }
 
 
