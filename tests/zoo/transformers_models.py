@@ -155,10 +155,10 @@ MODELS = [
                 num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                 max_position_embeddings=64, global_attn_every_n_layers=2, local_attention=4,
                 pad_token_id=0), text),
-    # ---- decoder LLMs (ModelOutput: logits + DynamicCache)
     TfModel("funnel", "BERT family",
             _lm("FunnelModel", "FunnelConfig", vocab_size=VOCAB, block_sizes=[1, 1], d_model=32,
                 n_head=4, d_head=8, d_inner=64), text),
+    # ---- decoder LLMs (ModelOutput: logits + DynamicCache)
     TfModel("gpt2", "decoder LLMs",
             _lm("GPT2LMHeadModel", "GPT2Config", vocab_size=VOCAB, n_embd=32, n_layer=2,
                 n_head=4, n_positions=64), text, dynamic=TEXT_DYN,
@@ -204,7 +204,6 @@ MODELS = [
     TfModel("stablelm", "decoder LLMs",
             _lm("StableLmForCausalLM", "StableLmConfig", **DEC), text),
     TfModel("olmo", "decoder LLMs", _lm("OlmoForCausalLM", "OlmoConfig", **DEC), text),
-    # ---- mixture-of-experts decoders
     TfModel("olmo2", "decoder LLMs", _lm("Olmo2ForCausalLM", "Olmo2Config", **DEC), text),
     TfModel("cohere", "decoder LLMs", _lm("CohereForCausalLM", "CohereConfig", **DEC), text),
     TfModel("granite", "decoder LLMs", _lm("GraniteForCausalLM", "GraniteConfig", **DEC),
@@ -220,13 +219,21 @@ MODELS = [
     TfModel("xglm", "decoder LLMs",
             _lm("XGLMForCausalLM", "XGLMConfig", vocab_size=VOCAB, d_model=32, num_layers=2,
                 attention_heads=4, ffn_dim=64, max_position_embeddings=64), text),
-    # ---- state-space decoders (cache: per-layer convolution and recurrent states)
     TfModel("nemotron", "decoder LLMs", _lm("NemotronForCausalLM", "NemotronConfig", **DEC),
             text),
     TfModel("glm", "decoder LLMs", _lm("GlmForCausalLM", "GlmConfig", **DEC, head_dim=8),
             text),
-    # mamba and jamba: removed at the end of session 2, their depthwise conv bias fails to
-    # reshape in aten::_convolution on main (a regression to fix; see the closing note)
+    # ---- state-space decoders (cache: per-layer convolution and recurrent states)
+    TfModel("mamba", "state-space decoders",
+            _lm("MambaForCausalLM", "MambaConfig", vocab_size=VOCAB, hidden_size=32,
+                num_hidden_layers=2, state_size=8, expand=2, conv_kernel=4), text_nomask),
+    TfModel("jamba", "state-space decoders",  # Mamba + attention + MoE layers
+            _lm("JambaForCausalLM", "JambaConfig", **dict(MOE, num_hidden_layers=2),
+                num_experts=4, num_experts_per_tok=2, attn_layer_period=2,
+                attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
+                mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, use_mamba_kernels=False),
+            text),
+    # ---- mixture-of-experts decoders
     TfModel("mixtral", "mixture-of-experts decoders",
             _lm("MixtralForCausalLM", "MixtralConfig", **MOE, num_local_experts=4,
                 num_experts_per_tok=2), text, dynamic=TEXT_DYN,
@@ -241,7 +248,6 @@ MODELS = [
     TfModel("olmoe", "mixture-of-experts decoders",
             _lm("OlmoeForCausalLM", "OlmoeConfig", **MOE, num_experts=4,
                 num_experts_per_tok=2), text),
-    # ---- vision encoders
     TfModel("granitemoe", "mixture-of-experts decoders",
             _lm("GraniteMoeForCausalLM", "GraniteMoeConfig", **MOE, num_local_experts=4,
                 num_experts_per_tok=2), text),
@@ -256,6 +262,7 @@ MODELS = [
                 n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                 n_group=2, topk_group=1, first_k_dense_replace=0, q_lora_rank=16,
                 kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8), text),
+    # ---- vision encoders
     TfModel("vit", "vision encoders",
             _lm("ViTModel", "ViTConfig", hidden_size=32, num_hidden_layers=2,
                 num_attention_heads=4, intermediate_size=64, image_size=32, patch_size=8),
@@ -292,7 +299,6 @@ MODELS = [
             _lm("SiglipVisionModel", "SiglipVisionConfig", hidden_size=32,
                 intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                 image_size=32, patch_size=8), images(32)),
-    # ---- audio encoders
     TfModel("segformer", "vision encoders",
             _lm("SegformerModel", "SegformerConfig", num_encoder_blocks=2, depths=[1, 1],
                 sr_ratios=[2, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2],
@@ -311,6 +317,7 @@ MODELS = [
                 patch_stride=[4, 4], patch_size=[7, 7], patch_padding=[3, 3],
                 embed_dim_multiplier=2.0, num_head_multiplier=2.0, num_query_pool=1),
             images(64)),
+    # ---- audio encoders
     TfModel("wav2vec2", "audio encoders",
             _lm("Wav2Vec2Model", "Wav2Vec2Config", hidden_size=32, num_hidden_layers=2,
                 num_attention_heads=4, intermediate_size=64, conv_dim=(16, 16),
