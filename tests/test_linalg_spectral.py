@@ -276,7 +276,7 @@ def test_svd_without_vectors():
     assert_exports(Fn(lambda x: torch.ops.aten._linalg_eigh(x, "U", False)), (_randn(3, 3),))
 
 
-def test_non_finite_inputs_give_nan():
+def test_non_finite_inputs_give_nan(tmp_path):
     """PyTorch raises on inf/NaN in an SVD; the exported graph cannot raise and returns NaN
     for that matrix (never finite numbers)."""
     x = _randn(3, 3, 3)
@@ -288,7 +288,7 @@ def test_non_finite_inputs_give_nan():
             return (torch.linalg.svdvals(a), torch.linalg.eigvalsh(a),
                     torch.linalg.matrix_norm(a, 2), torch.linalg.pinv(a))
 
-    path = "/tmp/t2n_spectral_nonfinite.nnef.tar"
+    path = str(tmp_path / "nonfinite.nnef.tar")
     t2n.export(Guarded(), (_randn(3, 3, 3),), path)
     from t2n.tract_runner import run_in_tract
     outs = run_in_tract(path, [x.numpy()])
