@@ -23,20 +23,13 @@ import torch
 
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
-from .rewrite import Index, may_fold_weights, channel_vector, const, derived, enabled, float64
+from .rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector, const,
+                      derived, enabled, float64)
 
 
 def run(g: Graph, ctx) -> None:
-    if not may_fold_weights(ctx):
-        return
-    changed = True
-    while changed:
-        changed = False
-        index = Index(g)
-        for op in list(g.ops):
-            if _fold_after(g, index, op):
-                changed = True
-                break
+    if may_fold_weights(ctx):
+        rewrite_until_stable(g, _fold_after)
 
 
 PASS = GraphPass("fold_affine", run, options=("optimize",))

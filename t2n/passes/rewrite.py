@@ -28,6 +28,20 @@ def may_fold_weights(ctx) -> bool:
     return enabled(ctx) and ctx.options.get("weights") in (None, "f32")
 
 
+def rewrite_until_stable(g: Graph, rule) -> None:
+    """Apply ``rule(g, index, op) -> bool`` (True when it rewrote the graph) to the live ops
+    until none fires. The index is rebuilt after every rewrite: a rule may remove, add or
+    rewire ops, and the next match must see the graph as it now is."""
+    changed = True
+    while changed:
+        changed = False
+        index = Index(g)
+        for op in list(g.ops):
+            if rule(g, index, op):
+                changed = True
+                break
+
+
 class Index:
     """Producer and readers of every tensor of the live graph, built once per sweep.
 
