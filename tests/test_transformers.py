@@ -16,7 +16,7 @@ import torch
 
 from t2n.testing import assert_exports
 
-transformers = pytest.importorskip("transformers")
+import transformers  # noqa: E402  (a test dependency: missing means a broken set-up)
 
 pytestmark = pytest.mark.slow
 
