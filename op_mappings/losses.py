@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from op_mappings.helpers.elementwise import log1p_of, select
+from t2n import registry
 from t2n.registry import aten
 
 
@@ -340,3 +341,41 @@ def _pick_many(g, x, idx):
     """x[b, idx[b, j]] for every j: gather_elements along the class axis."""
     return g.op("tract_core_gather_elements", x, idx, axis=1, out_shape=list(idx.shape),
                 out_dtype=x.dtype)
+
+
+def _linear_cross_entropy(g, input, linear_weight, target, linear_bias, weight, reduction,
+                          ignore_index):
+    logits = registry.lookup("linear")(g, input, linear_weight, linear_bias)
+    return cross_entropy_loss(g, logits, target, weight, reduction, ignore_index, 0.0)
+
+
+@aten("torch_nn::_linear_cross_entropy_batch_chunked")
+def linear_cross_entropy_batch_chunked(g, input, linear_weight, target, linear_bias, weight,
+                                       reduction, ignore_index, label_smoothing,
+                                       batch_chunk_size, acc_policy, acc_dtype,
+                                       allow_retain_graph, compute_input_grad,
+                                       compute_linear_weight_grad, compute_linear_bias_grad):
+    """``F.linear_cross_entropy(..., options=...)`` under torch.export (the trace takes the
+    unchunked path): ``cross_entropy(linear(input, W, b), target)``, with ``reduction`` "mean"
+    or "sum" and no label smoothing (the op's own preconditions). Chunking only bounds
+    eager memory; tract computes the same loss in one pass. The other three outputs are
+    gradients, computed only for training: refused when asked for."""
+    if compute_input_grad or compute_linear_weight_grad or compute_linear_bias_grad:
+        raise g.error("compute_*_grad: the op computes gradients (training); export the "
+                      "model in eval mode under torch.no_grad()")
+    if reduction not in ("mean", "sum") or label_smoothing:
+        raise g.error(f"reduction={reduction!r}, label_smoothing={label_smoothing}: the "
+                      "chunked op takes 'mean' or 'sum' without smoothing")
+    loss = _linear_cross_entropy(g, input, linear_weight, target, linear_bias, weight,
+                                 1 if reduction == "mean" else 2, ignore_index)
+    grads = g.unavailable("gradients of linear_cross_entropy are computed for training only")
+    return loss, grads, grads, grads
+
+
+@aten("torch_nn::_linear_cross_entropy_batch_chunked_no_reduction")
+def linear_cross_entropy_batch_chunked_no_reduction(g, input, linear_weight, target,
+                                                    linear_bias, weight, ignore_index,
+                                                    batch_chunk_size, acc_policy, acc_dtype):
+    """The ``reduction="none"`` form of the op above: the per-sample losses."""
+    return _linear_cross_entropy(g, input, linear_weight, target, linear_bias, weight, 0,
+                                 ignore_index)

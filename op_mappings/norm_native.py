@@ -1,7 +1,9 @@
 """The ``native_*`` normalisations, which also return their statistics:
 ``native_layer_norm``, ``native_group_norm``, ``native_batch_norm``,
 ``_native_batch_norm_legit`` (with and without running stats),
-``_native_batch_norm_legit_no_training``, ``_native_batch_norm_legit_functional``, ``_batch_norm_with_update``, ``_batch_norm_no_update``.
+``_native_batch_norm_legit_no_training``, ``_native_batch_norm_legit_functional``,
+``_batch_norm_with_update`` (and its ``_functional`` form, which torch.export produces),
+``_batch_norm_no_update``.
 
 Statistics follow PyTorch: ``mean`` and ``rstd = 1 / sqrt(biased var + eps)``; layer norm keeps
 the normalised axes as size 1, group norm gives [N, G], batch norm [C]. Batch norm in
@@ -120,6 +122,16 @@ def native_batch_norm_legit_functional(g, input, weight, bias, running_mean, run
     new_var = g.binary("add", g.binary("mul", g.cast(running_var, dtype), 1.0 - m, dtype),
                        g.binary("mul", unbiased, m, dtype), dtype)
     return y, mean, inv, new_mean, new_var
+
+
+@aten("_batch_norm_with_update_functional")
+def batch_norm_with_update_functional(g, input, weight, bias, running_mean, running_var,
+                                      momentum, eps):
+    """``_batch_norm_with_update`` functionalised (torch.export's form of a training-mode
+    batch norm): the updated running stats come back as the last two outputs."""
+    y, mean, inv, new_mean, new_var = native_batch_norm_legit_functional(
+        g, input, weight, bias, running_mean, running_var, True, momentum, eps)
+    return y, mean, inv, _empty(g, torch.uint8), new_mean, new_var
 
 
 @aten("native_layer_norm")

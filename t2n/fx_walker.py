@@ -189,8 +189,10 @@ class FxWalker:
 
     def _aten(self, node, target, args: list, kwargs: dict, where):
         schema = target._schema
-        name = schema.name.split("::", 1)[1]
-        if target.namespace != "aten":
+        # aten ops by their name, ops of other libraries (torch_nn::...) by their qualified name
+        name = schema.name.split("::", 1)[1] if target.namespace == "aten" else schema.name
+        fn = registry.lookup(name)
+        if target.namespace != "aten" and fn is None:
             raise _Unsupported(f"operators outside aten ({target.namespace}) are not supported")
         if name in _IGNORED:
             return None
@@ -204,13 +206,12 @@ class FxWalker:
         values = _schema_args(schema, args, kwargs)
         if self._foldable(name, values):
             return self._fold(target, name, args, kwargs)
-        fn = registry.lookup(name)
         if fn is None:
             raise _Unsupported("no mapping for this aten op")
         resolved = [self._resolve(arg, v) for arg, v in zip(schema.arguments, values)]
         vals = _as_tuple(node.meta.get("val"))
         self.g.node = NodeContext(
-            op=f"aten::{name}",
+            op=schema.name,
             out_dtypes=[v.dtype if isinstance(v, torch.Tensor) else None for v in vals],
             out_shapes=[[self._sym(d) for d in v.shape] if isinstance(v, torch.Tensor)
                         else None for v in vals],
@@ -272,8 +273,9 @@ class FxWalker:
             r = self.g.cast(r, val.dtype)
         sizes = [self._sym(d) for d in val.shape]
         if len(sizes) != r.rank:
-            raise ConversionError(f"aten::{name}", f"internal: mapping produced rank {r.rank} "
-                                  f"where PyTorch has rank {len(sizes)}")
+            raise ConversionError(name if "::" in name else f"aten::{name}",
+                                  f"internal: mapping produced rank {r.rank} where PyTorch "
+                                  f"has rank {len(sizes)}")
         if r.literal is None and not r.is_const:
             r.shape = tuple(s if isinstance(d, int) or _is_symbolic(s) else d
                             for s, d in zip(sizes, r.shape))

@@ -1,4 +1,5 @@
-"""The table of mapping functions, keyed by aten op name.
+"""The table of mapping functions, keyed by aten op name (ops of other libraries, met by the
+export capture, by their qualified name: ``torch_nn::...``).
 
 A mapping is registered with ``@aten("name", "alias", ...)`` and called as
 ``fn(g, *args)`` with the node's arguments in schema order, already resolved (tensor handles

@@ -125,3 +125,21 @@ def test_buffer_and_input_updates_are_not_outputs(tmp_path):
     r = t2n.export(FunctionModule(fn), args, str(tmp_path / "m.nnef"), capture="export",
                    check=True)
     assert len(r.outputs) == 1
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_chunked_linear_cross_entropy_of_another_library_namespace(tmp_path, reduction):
+    """``F.linear_cross_entropy(..., options=...)`` reaches torch.export as the custom op
+    ``torch_nn::_linear_cross_entropy_batch_chunked[_no_reduction]`` (the trace takes the
+    unchunked path): mapped by its qualified name, the same loss."""
+    from torch.nn.modules.linear_cross_entropy_options import LinearCrossEntropyOptions
+
+    options = LinearCrossEntropyOptions()
+
+    def fn(x, w, b, target):
+        return torch.nn.functional.linear_cross_entropy(x, w, target, linear_bias=b,
+                                                        reduction=reduction, options=options)
+
+    args = (torch.randn(5, 8), torch.randn(6, 8), torch.randn(6), torch.randint(0, 6, (5,)))
+    t2n.export(FunctionModule(fn), args, str(tmp_path / "m.nnef"), capture="export",
+               check=True)
