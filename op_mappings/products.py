@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from op_mappings.helpers.matrix import affine_product, matmul_nd
+from t2n.loops import Loop
 from t2n.registry import aten
 
 
@@ -41,8 +42,32 @@ def addmv(g, self, mat, vec, beta=1, alpha=1):
 
 @aten("addbmm")
 def addbmm(g, self, batch1, batch2, beta=1, alpha=1):
+    if batch1.dtype == torch.float16 and isinstance(batch1.shape[0], int) \
+            and batch1.shape[0] > 1:
+        return _addbmm_half(g, self, batch1, batch2, beta, alpha)
     prod = g.reduce("sum_reduce", matmul_nd(g, batch1, batch2), [0], keepdim=False)
     return affine_product(g, self, prod, beta, alpha)
+
+
+def _addbmm_half(g, self, batch1, batch2, beta, alpha):
+    """PyTorch adds the batches one ``addmm_`` at a time: step k computes
+    ``result + alpha * (b1[k] @ b2[k])`` in f32 and rounds it to f16 (step 0 starts from
+    ``beta * self``). The products are one f32 matmul; a scan carries the f16 sum."""
+    f32, f16 = torch.float32, torch.float16
+    prods = matmul_nd(g, g.cast(batch1, f32), g.cast(batch2, f32))  # [B, n, p]
+    shape = list(prods.shape[1:])
+    first = g.squeeze(g.slice(prods, 0, 0, 1), [0])
+    base = None if beta == 0 else g.broadcast_to(g.cast(self, f32), shape)
+    acc = g.cast(affine_product(g, base, first, beta, alpha), f16)
+    loop = Loop(g, "addbmm")
+    b = loop.body
+    step = b.squeeze(loop.scan(g.slice(prods, 0, 1, batch1.shape[0]), axis=0), [0])
+    state = loop.state(acc)
+    new = b.cast(b.binary("add", b.cast(state, f32),
+                          step if alpha == 1 else b.binary("mul", step, float(alpha), f32),
+                          f32), f16)
+    loop.update(state, new)
+    return loop.outputs([loop.last_output(new)])[0]
 
 
 @aten("outer", "ger")
@@ -55,12 +80,13 @@ def outer(g, self, vec2):
 @aten("addr")
 def addr(g, self, vec1, vec2, beta=1, alpha=1):
     d = g.out_dtype()
-    prod = outer(g, vec1, vec2)
     if d == torch.bool:
+        prod = outer(g, vec1, vec2)
         return g.binary("or", g.binary("and", self, beta, torch.bool) if beta is not True
                         else self, prod, torch.bool)
-    if alpha != 1:
-        prod = g.binary("mul", prod, alpha, d)
+    # PyTorch's kernel: beta * self + (alpha * vec1) * vec2, each step in the dtype
+    v1 = g.binary("mul", vec1, alpha, d) if alpha != 1 else vec1
+    prod = outer(g, v1, vec2)
     if beta == 0:
         return prod
     bias = self if beta == 1 else g.binary("mul", self, beta, d)
@@ -83,6 +109,8 @@ def kron(g, self, other):
 
 
 def _einsum(g, inputs, expr, dtype):
+    """One ``tract_core_einsum`` accumulated in float (f32 for f16 operands, whose
+    einsum then yields f32), rounded to ``dtype`` once."""
     if not dtype.is_floating_point:
         raise g.error(f"contraction of {dtype} tensors is not supported (tract aborts on "
                       "integer einsum)")
@@ -92,8 +120,11 @@ def _einsum(g, inputs, expr, dtype):
         for c, n in zip(spec, x.shape):
             if not (isinstance(n, int) and n == 1) or c not in sizes:
                 sizes[c] = n
-    return g.op("tract_core_einsum", [g.cast(x, dtype) for x in inputs], expr=expr,
-                acc=_acc(dtype), out_dtype=dtype, out_shape=[sizes[c] for c in out])
+    acc = _acc(dtype)
+    y = g.op("tract_core_einsum", [g.cast(x, dtype) for x in inputs], expr=expr, acc=acc,
+             out_dtype=torch.float32 if acc == "f32" else dtype,
+             out_shape=[sizes[c] for c in out])
+    return g.cast(y, dtype)
 
 
 def _acc(dtype):
@@ -172,7 +203,8 @@ def cross(g, self, other, dim=None):
 
 @aten("bilinear")
 def bilinear(g, input1, input2, weight, bias=None):
-    """y[..., o] = x1[..., i] W[o, i, j] x2[..., j] + b[o], leading axes flattened."""
+    """y[..., o] = x1[..., i] W[o, i, j] x2[..., j] + b[o], leading axes flattened, in
+    PyTorch's steps: (x1 W) rounded to the dtype, then contracted with x2, then + b."""
     d = g.out_dtype()
     lead = list(input1.shape[:-1])
     n = 1
@@ -180,9 +212,9 @@ def bilinear(g, input1, input2, weight, bias=None):
         n = n * s
     a = g.reshape(g.cast(input1, d), [n, input1.shape[-1]])
     b = g.reshape(g.cast(input2, d), [n, input2.shape[-1]])
-    y = _einsum(g, [a, g.cast(weight, d), b], "bi,oij,bj->bo", d)
-    if d == torch.float16:
-        y = g.cast(y, d)
+    # PyTorch's _trilinear contracts x1 with W first, rounds, then contracts with x2
+    xw = _einsum(g, [a, g.cast(weight, d)], "bi,oij->boj", d)
+    y = _einsum(g, [xw, b], "boj,bj->bo", d)
     if bias is not None:
         y = g.binary("add", y, bias, d)
     return g.reshape(y, lead + [weight.shape[0]])

@@ -23,7 +23,7 @@ import re
 
 import torch
 
-from . import registry
+from . import opmath, registry
 from .builder import Graph, NodeContext, Tensor, Unavailable
 from .errors import ConversionError, UnsupportedOperatorsError
 from .export_capture import PREFIX
@@ -218,7 +218,7 @@ class FxWalker:
             where=where,
             in_strides=[_strides(a) for a in _schema_nodes(schema, node)])
         try:
-            result = fn(self.g, *resolved)
+            result = opmath.call(self.g, name, fn, resolved)
         finally:
             self.g.node = None
         if len(vals) > 1 and isinstance(result, (tuple, list)):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from . import dtypes, registry
+from . import dtypes, opmath, registry
 from .folding import FoldedStorage, number_as_tensor
 from .builder import Graph, NodeContext, Tensor, Unavailable
 from .errors import ConversionError, UnsupportedOperatorsError
@@ -290,7 +290,7 @@ class Walker:
         try:
             if registry.is_inplace(name):
                 return self._inplace(node, name, fn, args)
-            result = fn(self.g, *args)
+            result = opmath.call(self.g, name, fn, args)
         finally:
             self.g.node = None
         results = list(result) if isinstance(result, (tuple, list)) and len(outs) > 1 \
@@ -451,7 +451,7 @@ class Walker:
             result = fn(self.g, *args)
             self._register_view(node, name[:-1], args)
             return [result]
-        result = fn(self.g, *args)
+        result = opmath.call(self.g, name, fn, args)
         result = self.g.cast(result, target.dtype)
         if tuple(result.shape) != tuple(target.shape):
             result = self.g.broadcast_to(result, target.shape)

@@ -1,0 +1,182 @@
+"""PyTorch's "opmath" for half tensors: which aten ops compute in float32 on float16 inputs.
+
+PyTorch's CPU kernels for ``torch.float16`` tensors mostly load each value as a float,
+compute the op's intermediates in float32 (``at::opmath_type<Half>`` = ``float``, and the
+reduction accumulators ``at::acc_type<Half>``) and round the result to float16 once. tract
+computes an f16 graph in f16: a lowering of several NNEF ops rounds after each of them, and
+a long sum, a convolution or a variance rounds (and overflows) where PyTorch does not.
+
+This module is the one table of those rules, consulted by the walkers around every mapping
+call (:func:`call`): an aten op listed in :data:`F32_OPS`, given float16 tensors, has them
+cast to float32, its mapping run as for a float32 node (``g.out_dtype()`` answers float32),
+and its float results cast back to float16 once. Ops that are not listed keep f16: the
+element-wise ops tract evaluates with one rounding (add, mul, div, sqrt, comparisons,
+selections), shape and indexing ops, and the ops PyTorch itself computes step by step in
+float16: ``prod`` multiplies half values (it overflows where an f32 product would not),
+``scatter_add``/``index_add`` accumulate into the f16 output, the composite ops
+(``linalg_vecdot``, ``cov``/``corrcoef``, ``cosine_embedding_loss``, ``soft_margin_loss``,
+the trapezoid rules) round after each of their aten steps, ``logit`` and ``xlogy`` round
+their intermediate, and ``conv_transpose`` accumulates its im2col columns in f16.
+Mappings of ops whose PyTorch steps matter in f16 follow those steps themselves
+(``addr``, ``bilinear``, ``addbmm`` in op_mappings/products.py).
+
+Each rule was checked against torch 2.13's CPU kernels by comparing the f16 result with the
+float32 result rounded once (``tools/opmath_probe.py`` prints the table of those checks).
+Float32 and float64 graphs are untouched: the rule only applies when a tensor argument or a
+result of the node is float16.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+HALF, OPMATH = torch.float16, torch.float32
+
+# --- reductions and scans: accumulated in float (acc_type<Half> = float) ---------------
+_REDUCTIONS = {
+    "sum", "mean", "nansum", "nanmean", "logsumexp", "special_logsumexp", "std", "var",
+    "std_mean", "var_mean", "norm", "linalg_norm", "linalg_vector_norm",
+    "linalg_matrix_norm", "renorm", "trace", "cumsum", "logcumsumexp", "cumprod",
+    "segment_reduce", "embedding_bag", "_embedding_bag", "_embedding_bag_forward_only",
+}
+# --- normalisation: statistics and the affine step in float --------------------------
+_NORMS = {
+    "batch_norm", "instance_norm", "layer_norm", "group_norm", "native_batch_norm",
+    "native_layer_norm", "native_group_norm", "_native_batch_norm_legit",
+    "_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional",
+    "_batch_norm_with_update", "_batch_norm_no_update", "rms_norm",
+}
+# --- softmax family and attention: float accumulation -----------------------------------
+_SOFTMAX = {
+    "softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax",
+    "_softmax_backward_data", "scaled_dot_product_attention",
+}
+# --- matrix products and convolutions: float accumulation, one rounding of
+# ``beta * input + alpha * product`` (cpublas gemm for Half) ------------------------------
+_PRODUCTS = {
+    "mm", "bmm", "matmul", "linear", "addmm", "baddbmm", "addmv", "mv",
+    "dot", "vdot", "inner", "einsum", "tensordot", "_grouped_mm",
+    "chain_matmul", "linalg_multi_dot", "conv1d", "conv2d", "conv3d", "convolution",
+    "_convolution", "_convolution_mode",
+}
+# --- resampling: interpolation weights and sums in float -----------------------------
+_RESAMPLING = {
+    "upsample_linear1d", "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
+    "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa", "avg_pool1d", "avg_pool2d",
+    "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+    "_adaptive_avg_pool2d", "_adaptive_avg_pool3d",
+}
+# --- distances: differences, squares and sums in float -------------------------------
+_DISTANCES = {
+    "dist", "cdist", "_cdist_forward", "pdist", "_pdist_forward", "pairwise_distance",
+    "cosine_similarity",
+}
+# --- element-wise kernels evaluated as one float formula (Vectorized<Half> converts to
+# float, computes, rounds once); t2n lowers most of them to several NNEF ops -------------
+_FORMULAS = {
+    # activations
+    "mish", "gelu", "silu", "softplus", "elu", "celu", "selu", "hardswish", "hardsigmoid",
+    "log_sigmoid", "glu", "sigmoid", "tanh",
+    # blends
+    "lerp", "addcmul", "addcdiv", "hypot", "logaddexp", "logaddexp2", "atan2", "arctan2",
+    "copysign",
+    # transcendental functions
+    "exp", "exp2", "special_exp2", "expm1", "special_expm1", "log", "log2", "log10", "log1p",
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+    "erf", "erfc", "erfinv", "special_erf", "special_erfc", "special_erfinv", "special_erfcx",
+    "sinc", "special_sinc", "lgamma", "digamma", "special_digamma", "special_psi",
+    "polygamma", "special_polygamma", "mvlgamma", "special_multigammaln", "i0", "special_i0",
+    "special_i0e", "special_i1", "special_i1e", "special_ndtr", "special_ndtri",
+    "special_log_ndtr", "special_entr", "special_zeta", "igamma", "igammac",
+    "special_gammainc", "special_gammaincc", "special_bessel_j0", "special_bessel_j1",
+    "special_bessel_y0", "special_bessel_y1", "special_modified_bessel_i0",
+    "special_modified_bessel_i1", "special_modified_bessel_k0", "special_modified_bessel_k1",
+    "special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k1",
+    "special_spherical_bessel_j0", "special_airy_ai", "pow", "float_power", "reciprocal",
+    "rsqrt",
+}
+# --- losses: per-element terms and their reduction in float ---------------------------
+_LOSSES = {
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy_loss",
+    "nll_loss", "nll_loss2d", "nll_loss_nd", "kl_div", "mse_loss", "l1_loss",
+    "smooth_l1_loss", "huber_loss", "multi_margin_loss",
+    "multilabel_margin_loss", "margin_ranking_loss", "hinge_embedding_loss",
+    "triplet_margin_loss",
+}
+
+F32_OPS = frozenset(_REDUCTIONS | _NORMS | _SOFTMAX | _PRODUCTS | _RESAMPLING | _DISTANCES
+                    | _FORMULAS | _LOSSES)
+
+
+# argument-dependent exceptions: the generic convolution ops with ``transposed=True``
+# (argument 6) run PyTorch's col2im path, which sums the columns in f16
+_UNLESS = {"convolution": lambda args: len(args) > 6 and bool(args[6]),
+           "_convolution": lambda args: len(args) > 6 and bool(args[6])}
+
+
+def computes_in_f32(name: str, args=()) -> bool:
+    """Whether PyTorch computes aten op ``name`` (or its in-place form) in float32 for
+    float16 tensors (given the node's resolved arguments)."""
+    base = name[:-1] if name.endswith("_") and name[:-1] in F32_OPS else name
+    if base not in F32_OPS:
+        return False
+    unless = _UNLESS.get(base)
+    return unless is None or not unless(args)
+
+
+def _has_half(values) -> bool:
+    from .tensors import Tensor
+
+    for v in values:
+        if isinstance(v, Tensor) and v.dtype == HALF:
+            return True
+        if isinstance(v, (list, tuple)) and _has_half(v):
+            return True
+    return False
+
+
+def _up(g, v):
+    from .tensors import Tensor
+
+    if isinstance(v, Tensor) and v.dtype == HALF:
+        cache = g.__dict__.setdefault("_opmath_casts", {})  # one cast per f16 tensor
+        hit = cache.get(id(v))
+        if hit is None or hit[0] is not v:
+            hit = cache[id(v)] = (v, g.cast(v, OPMATH))
+        return hit[1]
+    if isinstance(v, list):
+        return [_up(g, x) for x in v]
+    if isinstance(v, tuple):
+        return tuple(_up(g, x) for x in v)
+    if v is HALF:  # a dtype= argument asking for half: the rule computes in float
+        return OPMATH
+    return v
+
+
+def _down(g, r, dtype):
+    from .tensors import Tensor
+
+    if isinstance(r, Tensor) and r.dtype == OPMATH and dtype in (HALF, None):
+        return g.cast(r, HALF)
+    return r
+
+
+def call(g, name: str, fn, args: list):
+    """``fn(g, *args)``, computed in float32 when the rule table says PyTorch does so for
+    float16 arguments; the results are rounded back to float16 once."""
+    node = g.node
+    if node is None or not computes_in_f32(name, args):
+        return fn(g, *args)
+    outs = list(node.out_dtypes)
+    if not (_has_half(args) or HALF in outs):
+        return fn(g, *args)
+    g.node = dataclasses.replace(node, out_dtypes=[OPMATH if d == HALF else d for d in outs])
+    try:
+        result = fn(g, *[_up(g, a) for a in args])
+    finally:
+        g.node = node
+    if isinstance(result, (tuple, list)) and len(outs) > 1:
+        return type(result)(_down(g, r, d) for r, d in zip(result, outs + [None] * len(result)))
+    return _down(g, result, outs[0] if outs else None)

@@ -1,0 +1,80 @@
+"""float16 models compute what PyTorch's CPU kernels compute (t2n/opmath.py's rule table).
+
+Each case is sized so that a graph computed in f16 by tract is wrong (a variance or a norm
+overflows, a long scan or a wide convolution rounds away, a composite activation loses its
+small values), while PyTorch's f32 intermediates give the f16 answer within a few ulps.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from t2n.api import export_graph
+from t2n.testing import assert_exports
+
+RTOL, ATOL = 1e-2, 1e-3  # a few f16 ulps
+
+
+class Accumulating(torch.nn.Module):
+    """A variance, a norm, a distance, a convolution and formulas (mish, expm1, lerp) on f16."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(64, 8, 3, padding=1)
+
+    def forward(self, x, img):
+        return (x.var(-1), x.norm(dim=-1), F.mish(x[:, :64] * 1e-3), self.conv(img),
+                torch.dist(x, x.flip(0)), torch.expm1(x[:, :8] + 10),
+                torch.lerp(x[:, :32], x[:, 32:64], 0.3))
+
+
+def test_half_ops_compute_in_f32_as_pytorch():
+    torch.manual_seed(0)
+    m = Accumulating().half().eval()
+    x = (torch.randn(2, 1024) * 60).half()
+    img = torch.randn(1, 64, 6, 6).half()
+    assert_exports(m, (x, img), rtol=RTOL, atol=ATOL)
+
+
+class StepwiseHalf(torch.nn.Module):
+    """Ops PyTorch computes step by step in f16: prod's intermediate overflows, addr rounds
+    ``alpha * vec1`` first, bilinear rounds ``x1 W`` before contracting with x2."""
+
+    def __init__(self):
+        super().__init__()
+        self.bil = torch.nn.Bilinear(16, 12, 5)
+
+    def forward(self, p, s, v1, v2, a, b):
+        return (p.prod(-1), torch.addr(s, v1, v2, beta=0.3, alpha=0.7), self.bil(a, b))
+
+
+def test_half_stepwise_ops_round_as_pytorch():
+    torch.manual_seed(0)
+    m = StepwiseHalf().half().eval()
+    h = torch.float16
+    p = torch.tensor([[300.0, 300.0, 1e-3], [2.0, 3.0, 0.5]], dtype=h)  # 9e4 -> inf in f16
+    s, v1, v2 = (torch.randn(20, 30) * 5).to(h), (torch.randn(20) * 3).to(h), \
+        (torch.randn(30) * 3).to(h)
+    a, b = (torch.randn(4, 16) * 2).to(h), (torch.randn(4, 12) * 2).to(h)
+    assert torch.isinf(m(p, s, v1, v2, a, b)[0][0])
+    assert_exports(m, (p, s, v1, v2, a, b), rtol=RTOL, atol=ATOL)
+
+
+def test_float32_graphs_get_no_casts():
+    """The rules only touch f16 nodes: an f32 model's graph has no tract_core_cast."""
+    torch.manual_seed(0)
+    m = Accumulating().eval()
+    g = export_graph(m, (torch.randn(2, 1024), torch.randn(1, 64, 6, 6)))
+    assert not [op for op in g.ops if op.kind == "tract_core_cast"]
+
+
+def test_half_graph_casts_each_input_once():
+    """A half tensor read by several f32-computed ops is cast to f32 once."""
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x.sum(-1), x.var(-1), x.softmax(-1)
+
+    g = export_graph(M(), (torch.randn(2, 8).half(),))
+    ups = [op for op in g.ops if op.kind == "tract_core_cast" and op.attrs["to"] == "f32"]
+    assert len(ups) == 1
