@@ -23,8 +23,12 @@ import dataclasses
 
 import torch
 
+from op_mappings.helpers.dynamic_quant import (DynamicInt8Products, dynamic_linear,
+                                               int8_weight, reduce_range_for_engine,
+                                               weight_parts)
+from op_mappings.helpers.recurrence import FLOAT_PRODUCTS, layers
 from t2n import dtypes
-from t2n.registry import aten, lookup, quantized_variant
+from t2n.registry import aten, lookup, own_shapes, quantized_variant
 
 _QCODES = {12: torch.qint8, 13: torch.quint8, 14: torch.qint32}  # ScalarType codes
 _RANGE = {torch.quint8: (0, 255), torch.qint8: (-128, 127), torch.qint32: (-2 ** 31, 2 ** 31 - 1)}
@@ -128,20 +132,8 @@ def dequantize(g, self):
 
 # ---------------------------------------------------------------------------- int8 kernels
 def _weight_params(g, w: torch.Tensor):
-    """(integer weight, a0, a_scale) of a qint8 weight, per tensor or per output channel."""
-    if w.dtype != torch.qint8:
-        raise g.error(f"weight: {w.dtype} weights are not supported (qint8)")
-    if w.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
-        return w.int_repr(), int(w.q_zero_point()), float(w.q_scale()), None
-    if w.qscheme() not in (torch.per_channel_affine, torch.per_channel_symmetric):
-        raise g.error(f"weight: quantization scheme {w.qscheme()} is not supported")
-    if w.q_per_channel_axis() != 0:
-        raise g.error("weight: per-channel scales on an axis other than the output channels")
-    zps = w.q_per_channel_zero_points()
-    if bool((zps != zps[0]).any()):
-        raise g.error("weight: per-channel zero points that differ between channels")
-    scales = w.q_per_channel_scales().to(torch.float32)
-    return w.int_repr(), int(zps[0]), None, scales
+    """(integer weight, a0, a_scale, per-channel scales) of a qint8 weight."""
+    return weight_parts(g, w)
 
 
 def _qconv(g, x, wq: torch.Tensor, bias, stride, padding, dilation, groups, out_scale,
@@ -222,47 +214,120 @@ def quantized_linear(g, X, W_prepack, Y_scale_i, Y_zero_point_i):
 @aten("quantized::linear_dynamic", "quantized::linear_relu_dynamic")
 def quantized_linear_dynamic(g, input, W_prepack, reduce_range=False):
     """PyTorch's dynamic linear: the input is quantized per call to u8 from its own range
-    (min/max with 0 included; 7 bits with reduce_range), the product accumulates in int32,
-    and ``acc * x_scale * w_scale + bias`` is computed in float."""
+    (min/max with 0 included; 7 bits with reduce_range on x86/fbgemm), the product
+    accumulates in int32 (tract_core_qconv), and ``acc * x_scale * w_scale + bias`` is
+    computed in float (op_mappings/helpers/dynamic_quant.py)."""
     w, bias = W_prepack.unpack()
     x = g.cast(input, torch.float32)
-    if torch.backends.quantized.engine == "qnnpack":
-        reduce_range = False  # qnnpack ignores it (PyTorch warns so)
-    qmax = 127.0 if reduce_range else 255.0
-    axes = list(range(x.rank))
-    lo = g.op("min", g.reduce("min_reduce", x, axes, keepdim=True), 0.0)
-    hi = g.op("max", g.reduce("max_reduce", x, axes, keepdim=True), 0.0)
-    scale = g.binary("div", g.binary("sub", hi, lo, torch.float32), qmax, torch.float32)
-    scale = g.op("select", g.binary("eq", scale, 0.0, torch.float32, out_dtype=torch.bool),
-                 g.scalar(0.1, torch.float32), scale,
-                 out_dtype=torch.float32)  # all zeros: PyTorch's scale 0.1
-    zp = g.op("clamp", g.op("tract_core_round_even",
-                            g.binary("sub", 0.0, g.binary("div", lo, scale, torch.float32),
-                                     torch.float32)), 0.0, qmax)
-    q = g.binary("add", g.op("tract_core_round_even", g.binary("div", x, scale, torch.float32)),
-                 zp, torch.float32)
-    q = g.op("tract_core_cast", g.op("clamp", q, 0.0, 255.0), to="u8", out_dtype=torch.quint8)
-    q = set_qparams(g, q, 1.0, 0)  # the zero point is a run-time value: passed below
-    rows = _as_rows(g, q)
-    zp_i = g.op("tract_core_cast", g.reshape(zp, []), to="i32", out_dtype=torch.int32)
-    wi, a0, a_scale, a_scales = _weight_params(g, w)
-    wv = g.variable(wi.unsqueeze(-1).contiguous(), _label(g, "linear_dynamic") + ".weight")
-    acc = g.op("tract_core_qconv", rows, wv, g.const(torch.zeros((), dtype=torch.int32)),
-               group=1, groups=1, dilation=[1], stride=[1], padding=[(0, 0)],
-               border="constant", a0=a0, a_scale=1.0, b0=zp_i, b_scale=1.0, c0=0,
-               c_scale=1.0, output_dt="i32", out_dtype=torch.int32,
-               out_shape=[rows.shape[0], wi.shape[0], 1])
-    acc = g.reshape(acc, [rows.shape[0], wi.shape[0]])
-    per = a_scales if a_scales is not None else torch.tensor([a_scale])
-    f = g.cast(acc, torch.float32)
-    f = g.binary("mul", f, g.reshape(scale, [1, 1]), torch.float32)
-    f = g.binary("mul", f, g.const(per.reshape(1, -1).float()), torch.float32)
+    weight = int8_weight(g, w, _label(g, "linear_dynamic") + ".weight")
+    m = 1
+    for d in x.shape[:-1]:
+        m = m * d
+    rows = g.reshape(x, [m, x.shape[-1]])
+    f = dynamic_linear(g, rows, weight, reduce_range_for_engine(reduce_range))
     if bias is not None:
         f = g.binary("add", f, g.const(bias.detach().float().reshape(1, -1)), torch.float32)
     if g.node.op.endswith("_relu_dynamic"):
         f = g.op("relu", f)
-    y = g.reshape(f, list(input.shape[:-1]) + [wi.shape[0]])
+    y = g.reshape(f, list(input.shape[:-1]) + [weight.shape[0]])
     return g.cast(y, input.dtype)
+
+
+@aten("quantized::linear_dynamic_fp16", "quantized::linear_relu_dynamic_fp16")
+def quantized_linear_dynamic_fp16(g, input, W_prepack):
+    """``quantize_dynamic(..., dtype=torch.float16)``'s linear: float input, weights rounded
+    to float16 (stored so: half the archive), products accumulated in float32 (what
+    fbgemm's fp16 kernels do)."""
+    w, bias = W_prepack.unpack()
+    label = _label(g, "linear_dynamic_fp16")
+    weight = g.cast(g.variable(w.detach().half(), label + ".weight"), torch.float32)
+    b = g.variable(bias.detach().float(), label + ".bias") if bias is not None else None
+    y = _float_call(g, "linear", g.cast(input, torch.float32), weight, b)
+    if g.node.op.endswith("_relu_dynamic_fp16"):
+        y = g.op("relu", y)
+    return g.cast(y, input.dtype)
+
+
+# ---------------------------------------------------------------------------- recurrent
+@aten("quantized_lstm")
+@own_shapes
+def quantized_lstm(g, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                   batch_first, dtype=None, use_dynamic=False):
+    """``quantize_dynamic``'s LSTM: the float LSTM's loop (op_mappings/helpers/recurrence.py)
+    with int8 products, quantizing the whole input once for the input projection and each
+    direction's state at every step, as PyTorch's dynamic cells do."""
+    weights, products = _dynamic_cells(g, params, has_biases, "lstm_dynamic")
+    outs = layers(g, "lstm", input, list(hx), weights, has_biases, num_layers, dropout,
+                  train, bidirectional, batch_first, None, products)
+    return _one_state_step(g, outs, weights, products)
+
+
+@aten("quantized_gru")
+@own_shapes
+def quantized_gru(g, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                  batch_first):
+    """``quantize_dynamic``'s GRU (see :func:`quantized_lstm`)."""
+    weights, products = _dynamic_cells(g, params, has_biases, "gru_dynamic")
+    outs = layers(g, "gru", input, [hx], weights, has_biases, num_layers, dropout, train,
+                  bidirectional, batch_first, None, products)
+    return _one_state_step(g, outs, weights, products)
+
+
+def _one_state_step(g, outs, weights, products):
+    """The check's tolerance for these outputs: one quantization step of a state (range
+    at most 2, tanh-bounded, over ``qmax`` levels) through the largest weight it meets.
+    tract's tanh and sigmoid differ from PyTorch's in the last place; on a long sequence
+    such a difference now and then moves one integer of a per-step quantization, and the
+    outputs then differ by about that much (measured: 1e-4 after 47 steps of a 128-wide
+    LSTM, whose step is 1.4e-3), where a float or wrongly quantized lowering differs by
+    the quantization error itself (1e-2 on the same model)."""
+    if products is FLOAT_PRODUCTS:  # float16 weights: float products, the float check
+        return outs
+    qmax = 127.0 if products.reduce_range else 255.0
+    largest = max(float((w.ints.float().abs() * w.scales[:, None]).max())
+                  for w in weights if hasattr(w, "ints"))
+    steps = g.__dict__.setdefault("quant_steps", {})
+    for t in outs:
+        steps[id(t)] = 2.0 / qmax * largest
+    return outs
+
+
+def _dynamic_cells(g, params, has_biases, kind):
+    """PyTorch's cell parameters (``CellParamsBase``, one per layer and direction) as the
+    lists the recurrent layers read: int8 weights ``w_ih, w_hh`` and float biases."""
+    out, reduce_range, kinds = [], False, set()
+    for p in params:
+        state = p.__getstate__()[0] if hasattr(p, "__getstate__") else None
+        if not state or state[0] not in ("quantized_dynamic", "quantized_fp16"):
+            got = state[0] if state else type(p).__name__
+            raise g.error(f"params: {got} cell parameters are not supported (t2n converts "
+                          "quantize_dynamic(..., dtype=torch.qint8 or torch.float16) "
+                          "recurrent layers)")
+        kinds.add(state[0])
+        _, _, _, longs, packed = state
+        reduce_range = bool(longs[0]) if longs else False
+        label = _label(g, kind)
+        (w_ih, b_ih), (w_hh, b_hh) = packed[0].unpack(), packed[1].unpack()
+        if state[0] == "quantized_fp16":  # float products of the f16-rounded weights
+            out += [g.variable(w.detach().float(), f"{label}.{name}")
+                    for w, name in ((w_ih, "weight_ih"), (w_hh, "weight_hh"))]
+        else:
+            out += [int8_weight(g, w_ih, label + ".weight_ih"),
+                    int8_weight(g, w_hh, label + ".weight_hh")]
+        if has_biases:
+            out += [g.variable(_float_bias(b, w), f"{label}.{name}")
+                    for b, w, name in ((b_ih, w_ih, "bias_ih"), (b_hh, w_hh, "bias_hh"))]
+    if kinds == {"quantized_fp16"}:
+        return out, FLOAT_PRODUCTS
+    if len(kinds) > 1:
+        raise g.error("params: int8 and float16 cell parameters mixed in one layer stack")
+    return out, DynamicInt8Products(reduce_range)
+
+
+def _float_bias(b, w):
+    if b is None:
+        return torch.zeros(w.shape[0], dtype=torch.float32)
+    return b.detach().float()
 
 
 # ---------------------------------------------------------------------------- float paths

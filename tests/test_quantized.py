@@ -149,11 +149,49 @@ def test_qdq_pattern_around_float_ops(tmp_path):
     assert r.passed
 
 
-def test_dynamic_lstm_matches_pytorch(tmp_path, engine):
-    """quantize_dynamic(nn.LSTM) traces to aten::lstm over its dequantized weights: the
-    scan-based LSTM exports it, in float (not int8), and matches PyTorch's model."""
+class _Recurrent(torch.nn.Module):
+    """quantize_dynamic swaps the recurrent layers of a model (a bare nn.LSTM given to it
+    is returned as it is, in float)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, num_layers=2, bidirectional=True, batch_first=True)
+        self.gru = torch.nn.GRU(32, 16)
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        y, h = self.gru(y.transpose(0, 1))
+        return self.fc(y), h
+
+
+def _graph_text(path):
+    import tarfile
+
+    with tarfile.open(path) as tar:
+        return tar.extractfile("graph.nnef").read().decode()
+
+
+def test_dynamic_lstm_and_gru_run_in_int8(tmp_path, engine):
+    """quantized_lstm / quantized_gru: the scan-based layers with int8 products, the input
+    quantized once per call for the input projection and each direction's state at every
+    step (its own range), as PyTorch's dynamic cells do."""
     torch.manual_seed(0)
-    lstm = tq.quantize_dynamic(torch.nn.LSTM(8, 16, num_layers=2).eval(), {torch.nn.LSTM},
-                               dtype=torch.qint8)
-    r = t2n.export(lstm, (torch.randn(5, 2, 8),), tmp_path / "l.tgz", check=True)
-    assert r.passed and r.op_histogram["tract_core_scan"] == 2
+    dq = tq.quantize_dynamic(_Recurrent().eval(), {torch.nn.LSTM, torch.nn.GRU},
+                             dtype=torch.qint8)
+    r = t2n.export(dq, (torch.randn(2, 7, 8) * 3,), tmp_path / "l.tgz", check=True)
+    assert r.passed and r.op_histogram["tract_core_scan"] == 3
+    text = _graph_text(tmp_path / "l.tgz")
+    # per layer: one input projection for both directions, one product per direction and
+    # step in the loop body; only the float head is a matmul
+    assert text.count("tract_core_qconv(") == 3 + 5, text
+    assert text.count("matmul(") <= 1 and "tract_core_einsum(" not in text.split("graph ")[0]
+
+
+def test_dynamic_float16_recurrent_and_linear(tmp_path):
+    """dtype=torch.float16: float products of the f16-rounded weights."""
+    torch.manual_seed(0)
+    dq = tq.quantize_dynamic(_Recurrent().eval(), {torch.nn.LSTM, torch.nn.GRU,
+                                                   torch.nn.Linear}, dtype=torch.float16)
+    r = t2n.export(dq, (torch.randn(2, 5, 8),), tmp_path / "f.tgz", check=True)
+    assert r.passed and r.op_histogram["tract_core_scan"] == 3

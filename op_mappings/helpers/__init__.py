@@ -12,6 +12,10 @@ the builder, the registry's types and other helpers (no cycles). A helper takes 
 - :mod:`.matrix`: batched matrix products and ``einsum``;
 - :mod:`.windows`: pooling window geometry;
 - :mod:`.normalization`: batch-norm statistics and per-channel affine;
+- :mod:`.recurrence`: the recurrent layers as ``tract_core_scan`` loops (``recurrent`` and
+  the dynamically quantized LSTM/GRU of ``quantized``), with float or int8 products;
+- :mod:`.dynamic_quant`: PyTorch's dynamic quantization (run-time u8 input parameters,
+  int8 x int8 -> int32 in ``tract_core_qconv``), for dynamic linear and recurrent layers;
 - :mod:`.special_expr`, :mod:`.gamma`: the expression layer of the special functions and the
   gamma-family kernels;
 - :mod:`.small_matrix`, :mod:`.factorizations`, :mod:`.spectral`, :mod:`.norms`: the
