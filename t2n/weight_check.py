@@ -34,13 +34,25 @@ def rounded_storages(g) -> dict[int, object]:
     """{model storage data pointer: a fresh storage holding the rounded values}."""
     fresh: dict[int, object] = {}
     for st in g.storage.values():
-        data = st.data
+        data = st.data if st.source is None else st.source
         ptr = data.untyped_storage().data_ptr()
         if ptr not in fresh:
             fresh[ptr] = data.untyped_storage().clone()
         with torch.no_grad():
-            _over(fresh[ptr], data).copy_(st.rounded())
+            _over(fresh[ptr], data).copy_(st.rounded() if st.source is None
+                                          else _unscaled(st))
     return fresh
+
+
+def _unscaled(st) -> torch.Tensor:
+    """The model weight ``st.source`` of a folded weight ``st.data`` (= source x factor),
+    rescaled by rounded / folded element by element: the model's own fold of it then gives
+    the rounded values (to float32 precision). A folded 0 rounds to 0 (both formats)."""
+    src = st.source.double()
+    folded = st.data.double()
+    rounded = st.rounded().double()
+    ratio = torch.where(folded == 0, torch.ones_like(folded), rounded / folded)
+    return (src * ratio).to(st.source.dtype)
 
 
 def rounded_copy(model, g):

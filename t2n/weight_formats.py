@@ -15,10 +15,12 @@
   row gather, and its reduced axis (for a filter: ``C_in/groups * kernel``) is a multiple
   of 32; everything else stays as held.
 
-Only weights that are the model's own parameters or buffers (or views of them) are
-compressed: the check then runs PyTorch on a copy of the model whose parameters carry the
-same rounded values (:mod:`t2n.weight_check`). Constants t2n computes during the export stay
-as they are.
+Only weights that are the model's own parameters or buffers (or views of them), or such
+a weight times a factor (a batch norm or a scale folded into a convolution or a linear layer
+by the graph passes), are compressed: the check then runs PyTorch on a copy of the model
+whose parameters carry the same rounded values (for a folded weight: the model weight
+rescaled so that the fold gives the rounded values; :mod:`t2n.weight_check`). Other
+constants t2n computes during the export (folded biases among them) stay as they are.
 
 The interface
 -------------
@@ -112,12 +114,15 @@ class Storage:
     declaration, the header and the payload.
 
     ``data`` is the variable's weight as the graph uses it; ``shape`` the shape declared in
-    graph.nnef; ``raw_name`` names the stored tensor when a cast follows it."""
+    graph.nnef; ``raw_name`` names the stored tensor when a cast follows it; ``source`` the
+    model weight ``data`` is a scaled copy of (a weight folded by the graph passes), None
+    when ``data`` is the model's own tensor."""
 
     data: torch.Tensor
     shape: tuple
     raw_name: str | None = None
     kind: str = "as held"
+    source: torch.Tensor | None = None
 
     def stored_dtype(self) -> str:  # tract's name of the stored item type
         return dtypes.tract_name(self.data.dtype)
@@ -297,14 +302,20 @@ def plan(g, weights: str, model) -> Plan:
         return result
     uses = Uses(g)
     owned = model_storages(model)
+    scaled_from = g.__dict__.get("scaled_from", {})
+    folded = g.__dict__.get("folded", set())
     chosen: dict[int, Storage] = {}
     for v in uses.variables():
         data = v.data
         label = uses.label(v)
         if not data.dtype.is_floating_point or data.numel() == 0:
             continue
-        if data.untyped_storage().data_ptr() not in owned:
-            result.kept.append((label, "computed during the export, not a model weight"))
+        source = scaled_from.get(id(v.tensor))
+        if data.untyped_storage().data_ptr() not in owned and (
+                source is None or source.untyped_storage().data_ptr() not in owned):
+            result.kept.append((label, "folded from model weights by the graph passes, "
+                                       "not a scaled copy of one" if id(v.tensor) in folded
+                                else "computed during the export, not a model weight"))
             continue
         if fmt == "f16":
             st, reason = _f16_storage(g, v)
@@ -314,7 +325,14 @@ def plan(g, weights: str, model) -> Plan:
             if reason:
                 result.kept.append((label, reason))
             continue
+        if data.untyped_storage().data_ptr() not in owned:
+            st.source = source
         chosen[id(v.tensor)] = st
+    for vid in _shared_sources(uses, chosen):
+        v = uses.variable(vid)
+        result.kept.append((uses.label(v), "folded from a model weight that another use "
+                                           "reads too"))
+        del chosen[vid]
     for vid in uses.conflicting(chosen):
         v = uses.variable(vid)
         result.kept.append((uses.label(v), "shares its storage with a weight stored "
@@ -345,6 +363,20 @@ def plan(g, weights: str, model) -> Plan:
     elif fmt == "q4_0" and result.compressed:
         result.compute = "tract multiplies with the blocks directly (no float copy)"
     return result
+
+
+def _shared_sources(uses, chosen: dict) -> list[int]:
+    """Chosen folded weights whose model weight is also read by another variable (directly
+    or folded differently): the check's copy of the model can hold one rounding of it."""
+    readers: dict[int, int] = {}
+    for v in uses.variables():
+        st = chosen.get(id(v.tensor))
+        t = st.source if st is not None and st.source is not None else v.data
+        if t.numel():
+            ptr = t.untyped_storage().data_ptr()
+            readers[ptr] = readers.get(ptr, 0) + 1
+    return [vid for vid, st in chosen.items() if st.source is not None
+            and readers.get(st.source.untyped_storage().data_ptr(), 0) > 1]
 
 
 def _f16_storage(g, v):

@@ -124,7 +124,7 @@ def _fold_after(g: Graph, index: Index, op: Op) -> bool:
     else:
         shape[-1] = c
     new_w = (wv * scale.reshape(shape)).to(w.dtype)
-    op.args[1] = derived(g, w, new_w)
+    op.args[1] = derived(g, w, new_w, scaled=True)
     last = chain[-1].outputs[0]
     if kind == "conv":
         b = shift.to(w.dtype).reshape(1, c)

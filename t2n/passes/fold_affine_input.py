@@ -12,6 +12,10 @@ in float64, rounded once). This applies only when *every* reader of the affine r
 a ``matmul`` with a constant weight contracting the last axis (a residual ``add`` or any other
 reader keeps the affine as it is), and the constants are finite. Each layer's bias add is
 updated in place, or added when the layer had none.
+
+With a compressed weight format (``weights="f16"``/``"q4_0"``) only scales fold: the shift's
+``W @ b`` would be computed with the float weight, not with the rounded one tract multiplies
+by, so an affine with a shift stays as it is there.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from .rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vec
 
 def run(g: Graph, ctx) -> None:
     if may_fold_weights(ctx):
-        rewrite_until_stable(g, _fold)
+        shifts = ctx.options.get("weights") in (None, "f32")
+        rewrite_until_stable(g, lambda g, index, op: _fold(g, index, op, shifts))
 
 
 PASS = GraphPass("fold_affine_input", run, options=("optimize",))
@@ -83,11 +88,13 @@ def _reader_layer(op: Op, pos, t: Tensor):
     return w, tb
 
 
-def _fold(g: Graph, index: Index, op: Op) -> bool:
+def _fold(g: Graph, index: Index, op: Op, shifts: bool) -> bool:
     found = _affine(index, op)
     if found is None:
         return False
     y, scale, shift, ops, result = found
+    if not shifts and bool((shift != 0).any()):
+        return False
     readers = index.readers(result)
     if not readers or id(result) in index.outputs:
         return False
@@ -106,7 +113,7 @@ def _fold(g: Graph, index: Index, op: Op) -> bool:
             new_w = wv * scale.reshape([1] * (wv.dim() - 2) + [-1, 1])
             delta = shift @ wv.reshape(wv.shape[-2:])
         user.args[0] = y
-        user.args[1] = derived(g, w, new_w.to(w.dtype))
+        user.args[1] = derived(g, w, new_w.to(w.dtype), scaled=True)
         if bool((delta != 0).any()):
             _add_to_bias(g, index, user, delta)
     ids = {id(o) for o in ops}

@@ -240,6 +240,7 @@ def _scale_rows(g: Graph, lin: Op, chans: torch.Tensor, s: float) -> None:
     wv = float64(w.value)  # [.., out, in]
     new_w = wv * factor.reshape([1] * (wv.dim() - 2) + [c, 1])
     bv = float64(channel_vector(b, y.rank, y.rank - 1, c)) * factor
-    lin.args[1] = derived(g, w, new_w.to(w.dtype))
+    lin.args[1] = derived(g, w, new_w.to(w.dtype), scaled=True)
     lin.args[2] = derived(g, b if b.literal is None else w, bv.to(b.dtype).reshape(
-        [1] * (y.rank - 1) + [c]), suffix=None if b.literal is None else "bias")
+        [1] * (y.rank - 1) + [c]), suffix=None if b.literal is None else "bias",
+        scaled=b.literal is None)

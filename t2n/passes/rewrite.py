@@ -21,11 +21,12 @@ def enabled(ctx) -> bool:
 
 
 def may_fold_weights(ctx) -> bool:
-    """Passes that compute new weights from the model's (folding) run only when the archive
-    stores float32 weights: a compressed format (``weights="f16"``/``"q4_0"``) rounds the
-    model's own tensors and checks against a rounded copy of the model, which folded
-    weights are not."""
-    return enabled(ctx) and ctx.options.get("weights") in (None, "f32")
+    """Whether the passes that compute new weights from the model's (folding) and rewrite
+    their consumers may run. They also run before a compressed format
+    (``weights="f16"``/``"q4_0"``): a folded weight that is a model weight times a factor
+    is recorded as such (:func:`derived` with ``scaled=True``), so the format compresses
+    it and the check maps its rounding back onto the model weight."""
+    return enabled(ctx)
 
 
 def rewrite_until_stable(g: Graph, rule) -> None:
@@ -126,17 +127,28 @@ def label_of(g: Graph, t: Tensor) -> str | None:
     return None
 
 
-def derived(g: Graph, like: Tensor | None, data: torch.Tensor, suffix: str | None = None):
+def derived(g: Graph, like: Tensor | None, data: torch.Tensor, suffix: str | None = None,
+            scaled: bool = False):
     """A constant computed from ``like``: inline when small, else a variable under
     ``like``'s file label (the original, once unused, is not written). ``suffix`` replaces
-    the label's last component (``conv.weight`` -> ``conv.bias``)."""
+    the label's last component (``conv.weight`` -> ``conv.bias``). ``scaled``: ``data`` is
+    ``like`` (same shape) times a broadcast factor; ``g.scaled_from`` then records the
+    tensor it scales (``like``'s own source when ``like`` was scaled too), which is what
+    t2n.weight_formats and t2n.weight_check read; ``g.folded`` holds every derived
+    variable (for the report of a compressed format)."""
     data = data.detach().contiguous()
     if data.numel() <= 8:
         return g.const(data)
     label = label_of(g, like) if like is not None else None
     if label and suffix:
         label = label.rsplit(".", 1)[0] + "." + suffix if "." in label else label + "." + suffix
-    return g.variable(data.clone(), label)
+    t = g.variable(data.clone(), label)
+    g.__dict__.setdefault("folded", set()).add(id(t))
+    if scaled and like is not None and isinstance(like.value, torch.Tensor) \
+            and tuple(like.value.shape) == tuple(data.shape):
+        table = g.__dict__.setdefault("scaled_from", {})
+        table[id(t)] = table.get(id(like), like.value)
+    return t
 
 
 def replace_uses(g: Graph, old: Tensor, new: Tensor) -> None:
