@@ -13,9 +13,10 @@ a ``matmul`` with a constant weight contracting the last axis (a residual ``add`
 reader keeps the affine as it is), and the constants are finite. Each layer's bias add is
 updated in place, or added when the layer had none.
 
-With a compressed weight format (``weights="f16"``/``"q4_0"``) only scales fold: the shift's
-``W @ b`` would be computed with the float weight, not with the rounded one tract multiplies
-by, so an affine with a shift stays as it is there.
+With a compressed weight format (``weights="f16"``/``"q4_0"``) only scales fold, and only
+into weights nothing else reads: the shift's ``W @ b`` would be computed with the float
+weight, not with the rounded one tract multiplies by, and a scaled copy of a tied weight
+(GPT-2's head, tied to the embedding) could not be compressed.
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ import torch
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
 from .rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector, derived,
-                      enabled, float64)
+                      enabled, float64, compressing, read_elsewhere)
 
 
 def run(g: Graph, ctx) -> None:
     if may_fold_weights(ctx):
-        shifts = ctx.options.get("weights") in (None, "f32")
-        rewrite_until_stable(g, lambda g, index, op: _fold(g, index, op, shifts))
+        compressed = compressing(ctx)
+        rewrite_until_stable(g, lambda g, index, op: _fold(g, index, op, compressed))
 
 
 PASS = GraphPass("fold_affine_input", run, options=("optimize",))
@@ -88,12 +89,12 @@ def _reader_layer(op: Op, pos, t: Tensor):
     return w, tb
 
 
-def _fold(g: Graph, index: Index, op: Op, shifts: bool) -> bool:
+def _fold(g: Graph, index: Index, op: Op, compressed: bool) -> bool:
     found = _affine(index, op)
     if found is None:
         return False
     y, scale, shift, ops, result = found
-    if not shifts and bool((shift != 0).any()):
+    if compressed and bool((shift != 0).any()):
         return False
     readers = index.readers(result)
     if not readers or id(result) in index.outputs:
@@ -101,7 +102,7 @@ def _fold(g: Graph, index: Index, op: Op, shifts: bool) -> bool:
     layers = []
     for user, pos in readers:
         layer = _reader_layer(user, pos, result)
-        if layer is None:
+        if layer is None or compressed and read_elsewhere(g, index, layer[0]):
             return False
         layers.append((user, *layer))
     for user, w, tb in layers:

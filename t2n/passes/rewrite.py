@@ -29,6 +29,24 @@ def may_fold_weights(ctx) -> bool:
     return enabled(ctx)
 
 
+def compressing(ctx) -> bool:
+    """Whether the export stores weights in a compressed format (``weights="f16"|"q4_0"``)."""
+    return ctx.options.get("weights") not in (None, "f32")
+
+
+def read_elsewhere(g: Graph, index: "Index", w: Tensor) -> bool:
+    """Whether the model weight behind ``w`` has another reader than one op: a second op
+    reading ``w``, or another live variable over the same storage (a tied embedding and
+    head). Folding a factor into it would store a second, scaled copy of the weight, which
+    a compressed format cannot compress (the check's copy of the model holds one rounding
+    of each model weight): with a compressed format such weights are not folded."""
+    if len(index.readers(w)) > 1 or w.value is None or not w.value.numel():
+        return len(index.readers(w)) > 1
+    ptr = w.value.untyped_storage().data_ptr()
+    return any(v.tensor is not w and id(v.tensor) in index.uses and v.data.numel()
+               and v.data.untyped_storage().data_ptr() == ptr for v in g.variables)
+
+
 def rewrite_until_stable(g: Graph, rule) -> None:
     """Apply ``rule(g, index, op) -> bool`` (True when it rewrote the graph) to the live ops
     until none fires. The index is rebuilt after every rewrite: a rule may remove, add or
