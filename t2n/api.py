@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import dtypes, model_io, passes, weight_formats
+from . import compute_dtype, dtypes, model_io, passes, weight_formats
 from . import streaming as _stream
 from .builder import Graph, safe_identifier
 from .capture import capture, load_torchscript
@@ -163,7 +163,8 @@ class _Built:
 
 
 def _build(model, binding, output_names, dynamic_axes, options,
-           stream_spec=None, target: str = "tract", capture_with: str = "trace") -> _Built:
+           stream_spec=None, target: str = "tract", capture_with: str = "trace",
+           bf16_as=None) -> _Built:
     """capture -> walk -> passes: the graph the writer serialises."""
     args = binding.tensors
     in_names = _names(binding.names, len(args), "input", "input")
@@ -180,18 +181,20 @@ def _build(model, binding, output_names, dynamic_axes, options,
                              f"{len(args)} given")
 
     g = Graph()
+    if bf16_as is not None:
+        g.bf16_as = bf16_as
     g.streaming = spec
     g.properties = dict(options.get("properties") or {})
     inputs = []
     for i, (name, a) in enumerate(zip(in_names, args)):
-        if not dtypes.supported(a.dtype):
+        if not dtypes.supported(g.computed(a.dtype)):
             raise UsageError(f"input {name} has dtype {a.dtype}, which tract cannot take "
                              "(convert it to float32 or float16 before export)")
         shape = list(a.shape)
         for axis, sym in symbols.get(i, {}).items():
             shape[axis] = _sym(sym)
             g.add_symbol(sym)
-        inputs.append(g.add_input(name, shape, a.dtype))
+        inputs.append(g.add_input(name, shape, g.computed(a.dtype)))
 
     if capture_with == "export":
         from .fx_walker import FxWalker
@@ -229,7 +232,8 @@ def _build(model, binding, output_names, dynamic_axes, options,
 
 
 def export_graph(model, args, *, input_names=None, output_names=None, dynamic_axes=None,
-                 streaming=None, capture: str = "trace", **options) -> Graph:
+                 streaming=None, capture: str = "trace", dtype: str | None = None,
+                 **options) -> Graph:
     """The NNEF graph ``export`` would write for these arguments (after the passes).
 
     For tests and tools that inspect the graph (op counts, shapes) without an archive."""
@@ -238,7 +242,8 @@ def export_graph(model, args, *, input_names=None, output_names=None, dynamic_ax
     _check_options(options)
     return _build(model, binding, output_names, dynamic_axes, options,
                   (streaming, None) if streaming is not None else None,
-                  capture_with=_capture_mode(capture)).graph
+                  capture_with=_capture_mode(capture),
+                  bf16_as=compute_dtype.resolve(dtype, model, binding.tensors)).graph
 
 
 def _capture_mode(capture: str) -> str:
@@ -251,7 +256,8 @@ def _capture_mode(capture: str) -> str:
 def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None,
            check: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
            weights: str = "f32", streaming: str | None = None, pulse: int | None = None,
-           target: str = "tract", capture: str = "trace", **options) -> ExportResult:
+           target: str = "tract", capture: str = "trace", dtype: str | None = None,
+           **options) -> ExportResult:
     """Export ``model`` run on ``args`` to the NNEF archive ``f`` for tract.
 
     ``f`` ending in ``.tgz``/``.tar.gz`` gives a gzip tar, ``.tar`` a tar, anything else a
@@ -285,6 +291,12 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     static shapes, weights as held) instead of tract's dialect (:mod:`t2n.targets`); its
     check parses the archive with the Khronos parser and runs nnef-tools' interpreter.
 
+    ``dtype`` is what a bfloat16 model (bf16 weights or inputs; tract has no bf16) computes
+    in, an explicit choice (:mod:`t2n.compute_dtype`): ``"f32"`` (exact bf16 values) or
+    ``"f16"`` (half precision, PyTorch's float16 rules). Its weights are converted while
+    they are written, the model is not modified, and ``check=True`` compares with PyTorch
+    running a converted copy. A bf16 model without ``dtype`` is refused, saying so.
+
     ``capture="export"`` captures the model with ``torch.export`` (:mod:`t2n.export_capture`)
     instead of ``torch.jit.trace``: the same mappings, checks and errors; data-dependent
     Python control flow is then an error instead of being frozen by the trace.
@@ -308,12 +320,13 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         raise UsageError(f"rtol and atol must be numbers >= 0 (got {rtol!r}, {atol!r})")
     _check_options(options)
     options["weights"] = weight_formats.check_format(weights)
+    bf16_as = compute_dtype.resolve(dtype, model, args)
     if not os.path.isdir(os.path.dirname(os.path.abspath(f))):
         raise UsageError(f"cannot write {f}: directory {os.path.dirname(os.path.abspath(f))} "
                          "does not exist")
     built = _build(model, binding, output_names, dynamic_axes, options,
                    (streaming, pulse) if streaming is not None or pulse is not None else None,
-                   target=tgt.name, capture_with=_capture_mode(capture))
+                   target=tgt.name, capture_with=_capture_mode(capture), bf16_as=bf16_as)
     g, inputs, handles, out_names = built.graph, built.inputs, built.outputs, built.output_names
     tgt.lower(g)
 
@@ -362,7 +375,9 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
                                                    "max_rel_err": c.max_rel_err} for c in cost}
         result.extras.setdefault("report_lines", []).extend(cost_lines(cost))
     elif check:
-        result.checks = check_archive(f, model, args, out_names, rtol=rtol, atol=atol,
+        reference = model if bf16_as is None else compute_dtype.reference_model(model, bf16_as)
+        result.checks = check_archive(f, reference, compute_dtype.converted_inputs(args, bf16_as),
+                                      out_names, rtol=rtol, atol=atol,
                                       target=tgt.name, input_names=binding.names,
                                       atol_for=quantization_steps(g, out_names, handles))
     if check:

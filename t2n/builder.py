@@ -71,6 +71,8 @@ class Graph:
         self.warnings: list[str] = []
         # id(variable tensor) -> how it is stored (t2n.weight_formats); absent: as held
         self.storage: dict = {}
+        # the compute dtype of bfloat16 values (export's ``dtype=``); tract has no bf16
+        self.bf16_as = torch.float32
         # the export's streaming axis (t2n.streaming.Streaming) or None; lowerings consult
         # it through streams() to pick forms tract can pulse
         self.streaming = None
@@ -89,6 +91,11 @@ class Graph:
         self._names.add(name)
 
     # ------------------------------------------------------------------ node context
+    def computed(self, dtype):
+        """The dtype the graph computes a value of torch ``dtype`` in (bf16 -> the export's
+        ``dtype=`` choice)."""
+        return self.bf16_as if dtype == torch.bfloat16 else dtype
+
     def out_dtype(self, i: int = 0) -> torch.dtype:
         """The dtype PyTorch gave output ``i`` of the node being converted."""
         return self.node.out_dtypes[i]
@@ -127,16 +134,13 @@ class Graph:
                data.storage_offset()) if data.numel() else None
         if key is not None and key in self._var_cache:
             return self._var_cache[key]
-        if data.dtype == torch.bfloat16:
-            self.warnings.append(f"weight {label or '?'} is bfloat16, which tract lacks: "
-                                 "stored as float32")
-            data = data.float()
-        if not dtypes.supported(data.dtype):
+        dtype = self.computed(data.dtype)  # bf16 weights: converted while written
+        if not dtypes.supported(dtype):
             raise self.error(f"constant of dtype {data.dtype} is not supported by tract")
         if label is None:
             self._const_counter += 1
             label = f"t2n_const_{self._const_counter}"
-        t = Tensor(self.fresh_name(label), data.shape, data.dtype, value=data)
+        t = Tensor(self.fresh_name(label), data.shape, dtype, value=data)
         self.variables.append(Variable(t, label, data))
         if key is not None:
             self._var_cache[key] = t
@@ -177,8 +181,8 @@ class Graph:
             if dtype is None:
                 dtype = _python_dtype(value)
             t = torch.tensor(value, dtype=dtype)
-        if t.dtype == torch.bfloat16:
-            t = t.float()
+        if t.dtype == torch.bfloat16 and t.numel() <= MAX_INLINE_ELEMENTS:
+            t = t.to(self.bf16_as)
         if t.numel() <= MAX_INLINE_ELEMENTS and t.numel() > 0:
             lit = self._literal_text(t)
             if lit is not None:

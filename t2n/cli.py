@@ -150,6 +150,9 @@ def cli(debug: bool):
                    "size), or tract's 4-bit Q4_0 blocks for linear/matmul weights, "
                    "convolution filters and embedding tables (q4_0). --check then compares with PyTorch on the same "
                    "rounded weights and reports the error against the original model.")
+@click.option("--dtype", "compute", type=click.Choice(["f32", "f16"]), default=None,
+              help="What a bfloat16 model computes in (tract has no bf16): float32 (f32, "
+                   "exact bf16 values) or float16 (f16). Required for bf16 models.")
 @click.option("--target", default="tract", show_default=True,
               type=click.Choice(["tract", "khronos"]),
               help="NNEF dialect: tract (tract_core ops, dynamic shapes) or khronos "
@@ -161,7 +164,7 @@ def cli(debug: bool):
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def export_cmd(model, output, inputs, check, dynamic, stream, pulse, output_names, int_range,
-               seed, rtol, atol, trust_pickle, compact, weights, target, capture,
+               seed, rtol, atol, trust_pickle, compact, weights, compute, target, capture,
                quiet, as_json):
     """Export MODEL to an NNEF archive that tract runs.
 
@@ -209,6 +212,7 @@ def export_cmd(model, output, inputs, check, dynamic, stream, pulse, output_name
                         output_names=list(output_names) or None, dynamic_axes=dynamic_axes,
                         check=check, rtol=rtol, atol=atol, quiet=quiet, as_json=as_json,
                         compact=compact, weights=weights, target=target, capture=capture,
+                        **({"dtype": compute} if compute is not None else {}),
                         **({"streaming": stream, "pulse": pulse}
                            if stream is not None or pulse is not None else {}))
     return EXIT_OK if result is not None else EXIT_CHECK_FAILED

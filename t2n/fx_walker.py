@@ -212,7 +212,8 @@ class FxWalker:
         vals = _as_tuple(node.meta.get("val"))
         self.g.node = NodeContext(
             op=schema.name,
-            out_dtypes=[v.dtype if isinstance(v, torch.Tensor) else None for v in vals],
+            out_dtypes=[self.g.computed(v.dtype) if isinstance(v, torch.Tensor) else None
+                        for v in vals],
             out_shapes=[[self._sym(d) for d in v.shape] if isinstance(v, torch.Tensor)
                         else None for v in vals],
             where=where,
@@ -269,8 +270,8 @@ class FxWalker:
         """The mapping's result with the dtype and shape export recorded for the node."""
         if not isinstance(r, Tensor) or not isinstance(val, torch.Tensor):
             return r
-        if r.dtype != val.dtype:
-            r = self.g.cast(r, val.dtype)
+        if r.dtype != self.g.computed(val.dtype):
+            r = self.g.cast(r, self.g.computed(val.dtype))
         sizes = [self._sym(d) for d in val.shape]
         if len(sizes) != r.rank:
             raise ConversionError(name if "::" in name else f"aten::{name}",
@@ -298,6 +299,8 @@ class FxWalker:
 
     def _resolve(self, arg, value):
         """Constants in tensor positions become handles (weights as labelled variables)."""
+        if isinstance(value, torch.dtype):
+            return self.g.computed(value)
         tname = str(arg.type).replace("Optional[", "").replace("]", "")
         is_list = tname.startswith("List[")
         tname = tname.replace("List[", "")

@@ -284,7 +284,7 @@ class Walker:
                                        "sizes for the axes it leaves static)")
         args = self._resolve_args(schema, node, inputs)
         self.g.node = NodeContext(op=f"aten::{name}",
-                                  out_dtypes=[_ts_dtype(o) for o in outs],
+                                  out_dtypes=[self.g.computed(_ts_dtype(o)) for o in outs],
                                   out_shapes=shapes, where=where,
                                   in_strides=[_ts_strides(v) for v in node.inputs()])
         try:
@@ -384,7 +384,7 @@ class Walker:
             is_list = tname.startswith("List[")
             tname = tname.replace("List[", "")
             if tname == "ScalarType" and isinstance(value, int) and not isinstance(value, bool):
-                value = scalar_type(value)
+                value = self.g.computed(scalar_type(value))
             elif tname == "Tensor" and not is_list:
                 value = self._tensor_arg(value, ts_value)
             elif tname == "Tensor" and is_list and isinstance(value, list):
@@ -404,12 +404,12 @@ class Walker:
             self._const_handles[key] = h
             return h
         if _is_number(value) and ts_value is not None:
-            dtype = _ts_dtype(ts_value) or (torch.float32 if isinstance(value, float)
+            dtype = self.g.computed(_ts_dtype(ts_value)) or (torch.float32 if isinstance(value, float)
                                             else torch.int64)
             return self.g.scalar(value, dtype)
         if _is_symbolic(value):
             # a size of a dynamic axis used in tensor math: computed by tract at run time
-            dtype = _ts_dtype(ts_value) if ts_value is not None else None
+            dtype = self.g.computed(_ts_dtype(ts_value)) if ts_value is not None else None
             return self.g.scalar(value, dtype or torch.int64)
         return value
 
@@ -418,7 +418,7 @@ class Walker:
         one, or with dynamic axes the symbolic one PyTorch's shape functions computed."""
         if not isinstance(r, Tensor):
             return r
-        dtype = _ts_dtype(ts_out)
+        dtype = self.g.computed(_ts_dtype(ts_out))
         if dtype is not None and r.dtype != dtype:
             r = self.g.cast(r, dtype)
         if sizes is not None:

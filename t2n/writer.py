@@ -177,12 +177,16 @@ def dat_header(shape, dtype: torch.dtype, nbytes: int) -> bytes:
     return head + b"\0" * (128 - len(head))
 
 
-def dat_payload(data: torch.Tensor):
+def dat_payload(data: torch.Tensor, dtype: torch.dtype | None = None):
     """The raw little-endian bytes of a weight, without copying contiguous storage.
 
     A non-contiguous weight (a folded ``w.t()``) comes as :class:`Chunks`, made contiguous a
-    few MB at a time, so that no full copy of it ever exists."""
+    few MB at a time, so that no full copy of it ever exists; so does a weight written in
+    another ``dtype`` than it is held in (a bfloat16 weight of a float32/float16 export),
+    converted a few MB at a time."""
     t = data.detach()
+    if dtype is not None and dtype != t.dtype:
+        return Chunks(t, dtype)
     if t.dtype == torch.bool:
         return np.packbits(t.contiguous().numpy().reshape(-1)).tobytes()
     if not t.is_contiguous():
@@ -196,14 +200,22 @@ def dat_payload(data: torch.Tensor):
 class Chunks:
     """The bytes of a strided tensor in C order, as contiguous pieces of <= WRITE_SLICE."""
 
-    def __init__(self, t: torch.Tensor):
+    def __init__(self, t: torch.Tensor, dtype: torch.dtype | None = None):
         self.t = t
+        self.dtype = dtype if dtype is not None else t.dtype
 
     def __len__(self) -> int:
-        return self.t.numel() * self.t.element_size()
+        return self.t.numel() * torch.empty((), dtype=self.dtype).element_size()
 
     def __iter__(self):
+        if self.dtype != self.t.dtype:
+            return self._converted(self.t.reshape(-1))
         return self._pieces(self.t)
+
+    def _converted(self, flat: torch.Tensor):
+        step = max(1, WRITE_SLICE // 4)
+        for i in range(0, flat.numel(), step):
+            yield memoryview(flat[i:i + step].to(self.dtype).numpy()).cast("B")
 
     def _pieces(self, t: torch.Tensor):
         if t.is_contiguous():
@@ -230,7 +242,8 @@ def payload_bytes(g: Graph, graph_text: bytes) -> int:
             total += 128 + g.storage[id(v.tensor)].nbytes()
         elif id(v.tensor) in used and id(v.tensor) not in aliases:
             n = v.data.numel()
-            n = (n + 7) // 8 if v.data.dtype == torch.bool else n * v.data.element_size()
+            n = (n + 7) // 8 if v.data.dtype == torch.bool else \
+                n * torch.empty((), dtype=v.tensor.dtype).element_size()
             total += 128 + n
     return total
 
@@ -252,8 +265,8 @@ def _members(g: Graph, graph_text: bytes):
         if storage is not None:  # a weight format: converted piece by piece while written
             yield name, storage.header(), storage.payload()
             continue
-        payload = dat_payload(v.data)
-        yield name, dat_header(v.data.shape, v.data.dtype, len(payload)), payload
+        payload = dat_payload(v.data, v.tensor.dtype)
+        yield name, dat_header(v.data.shape, v.tensor.dtype, len(payload)), payload
         del payload  # one weight's bytes alive at a time
 
 

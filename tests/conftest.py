@@ -64,6 +64,8 @@ def _dat_files_read_back(monkeypatch):
                     f.seek(0)
                     got = nnef.read_tensor(f)
                 src = v.data.detach()
+                if src.dtype == torch.bfloat16:  # written in the export's compute dtype
+                    src = src.to(v.tensor.dtype)
                 want = src.numpy() if src.dtype != torch.bool else src.numpy().astype(bool)
                 if got.dtype != want.dtype:
                     want = want.astype(got.dtype)
