@@ -47,6 +47,7 @@ PIPELINE: tuple[str, ...] = (
     "fuse_linear",  # matmul + bias add -> linear
     "fold_scale",  # mul(q @ k, s) -> s folded into the linear layer q comes from
     "transpose_first",  # transpose after an axis-merging reshape -> before it
+    "collapse",  # reshape(reshape), transpose(transpose), broadcast into a binary op -> one
     "compose",  # GELU, layer norm, clamp, ... -> one call of an NNEF fragment each (tract)
     "weights",  # weight storage format (weights="f16"/"q4_0"); decides on the final graph
     "broadcast_axes",  # products: size-1 broadcast axes get labels of their own (tract loads

@@ -35,7 +35,8 @@ def run(g: Graph, ctx) -> None:
         # pulse refusals name the aten ops, which a fragment call would hide
         return
     defined: dict[str, _Fragment] = {}
-    for matcher in (_gelu, _layer_norm, _clamp, _scale_shift, _mean, _split):
+    for matcher in (_gelu, _gelu_tanh, _layer_norm, _clamp, _nan_minmax, _scale_shift,
+                    _layer_norm_affine, _mean, _split):
         index = Index(g)
         gone: set[int] = set()
         replaced: dict[int, Op] = {}
@@ -204,14 +205,15 @@ def _mean(index: Index, y: Op):
 
 
 def _split(index: Index, op: Op):
-    """Two slices of x along one axis that cover it: ``x.chunk(2, dim)`` / ``split``."""
+    """Slices of x along one axis that cover it, end to end: ``x.chunk(n, dim)``/``split``
+    (two pieces: ``t2n_split2``; n pieces: ``t2n_split<n>`` with the n - 1 inner bounds)."""
     if op.kind != "slice" or len(op.args) != 1:
         return None
     x = op.args[0]
     if not _f32(x) or not all(isinstance(d, int) for d in x.shape):
         return None
     slices = [u for u, pos in index.readers(x) if u.kind == "slice" and pos == 0]
-    if len(slices) != 2 or op is not min(slices, key=lambda u: index.g.ops.index(u)):
+    if len(slices) < 2 or op is not min(slices, key=lambda u: index.g.ops.index(u)):
         return None
     bounds = []
     for s in slices:
@@ -222,17 +224,120 @@ def _split(index: Index, op: Op):
                 or not all(isinstance(v, int) for v in (b[0], e[0], axes[0])):
             return None
         bounds.append((int(axes[0]), int(b[0]), int(e[0]), s))
-    (a0, b0, e0, s0), (a1, b1, e1, s1) = sorted(bounds, key=lambda t: t[1])
-    axis = a0
-    if a1 != axis or b0 != 0 or e0 != b1 or e1 != x.shape[axis] or not 0 < b1 < e1:
+    bounds.sort(key=lambda t: t[1])
+    axis = bounds[0][0]
+    if any(a != axis for a, *_ in bounds) or not 0 <= axis < x.rank or bounds[0][1] != 0 \
+            or bounds[-1][2] != x.shape[axis] \
+            or any(bounds[i][2] != bounds[i + 1][1] for i in range(len(bounds) - 1)) \
+            or any(b >= e for _, b, e, _ in bounds):
         return None
-    frag = _Fragment("t2n_split2", "x: tensor<scalar>, axis: integer, mid: integer, "
-                     "end: integer", "a: tensor<scalar>, b: tensor<scalar>", [
-                         "a = slice(x, axes = [axis], begin = [0], end = [mid], stride = [1])",
-                         "b = slice(x, axes = [axis], begin = [mid], end = [end], "
-                         "stride = [1])"])
-    call = Op("t2n_split2", [x], {"axis": axis, "mid": b1, "end": e1},
-              [s0.outputs[0], s1.outputs[0]])
-    # the call takes the place of the first slice: both outputs exist before any reader
-    first, second = sorted((s0, s1), key=lambda u: index.g.ops.index(u))
-    return frag, call, [second, first]
+    n = len(bounds)
+    inner = [b for _, b, _, _ in bounds[1:]]
+    names = ["mid"] if n == 2 else [f"b{i}" for i in range(1, n)]
+    edges = ["0"] + names + ["end"]
+    outs = [chr(ord("a") + i) for i in range(n)] if n <= 26 else [f"y{i}" for i in range(n)]
+    params = ", ".join(["x: tensor<scalar>", "axis: integer"]
+                       + [f"{m}: integer" for m in names] + ["end: integer"])
+    frag = _Fragment(f"t2n_split{n}", params, ", ".join(f"{o}: tensor<scalar>" for o in outs),
+                     [f"{o} = slice(x, axes = [axis], begin = [{edges[i]}], "
+                      f"end = [{edges[i + 1]}], stride = [1])" for i, o in enumerate(outs)])
+    attrs = {"axis": axis, **dict(zip(names, inner)), "end": bounds[-1][2]}
+    call = Op(f"t2n_split{n}", [x], attrs, [s.outputs[0] for *_, s in bounds])
+    # the call takes the place of the first slice: every output exists before any reader
+    order = sorted((s for *_, s in bounds), key=lambda u: index.g.ops.index(u))
+    return frag, call, order[1:] + order[:1]
+
+
+def _literal_scalar(t) -> bool:
+    return isinstance(t, Tensor) and t.literal is not None and t.rank == 0 \
+        and scalar_const(t) is not None
+
+
+def _made_single(index: Index, t, kind: str, reader: Op) -> Op | None:
+    """The ``kind`` op producing ``t`` when ``reader`` is the only one reading ``t``."""
+    op = index.made_by(t, kind)
+    if op is None or not _single(index, t, reader) or len(op.outputs) != 1:
+        return None
+    return op
+
+
+def _gelu_tanh(index: Index, y: Op):
+    """GELU's tanh form written out, as transformers' ``gelu_new``/``NewGELUActivation``:
+    ``y = (x * a) * (tanh((x + pow(x, e) * c) * k) + d)`` with literal a, e, c, k, d
+    (0.5, 3, 0.044715, sqrt(2/pi), 1): one ``t2n_gelu_tanh`` call with the literals as
+    arguments, so the body computes exactly what the ops did."""
+    if y.kind != "mul" or len(y.args) != 2:
+        return None
+    h = _made_single(index, y.args[0], "mul", y)
+    v = _made_single(index, y.args[1], "add", y)
+    if h is None or v is None or len(h.args) != 2 or len(v.args) != 2:
+        return None
+    x, a = h.args
+    t = _made_single(index, v.args[0], "tanh", v)
+    if t is None or not _literal_scalar(a) or not _literal_scalar(v.args[1]):
+        return None
+    u = _made_single(index, t.args[0], "mul", t)
+    if u is None or len(u.args) != 2 or not _literal_scalar(u.args[1]):
+        return None
+    s = _made_single(index, u.args[0], "add", u)
+    if s is None or len(s.args) != 2 or s.args[0] is not x:
+        return None
+    q = _made_single(index, s.args[1], "mul", s)
+    if q is None or len(q.args) != 2 or not _literal_scalar(q.args[1]):
+        return None
+    p = _made_single(index, q.args[0], "pow", q)
+    if p is None or len(p.args) != 2 or p.args[0] is not x or not _literal_scalar(p.args[1]):
+        return None
+    if not _f32(x, y.outputs[0]) or any(tuple(o.outputs[0].shape) != tuple(x.shape)
+                                        for o in (h, p, q, s, u, t, v, y)):
+        return None
+    frag = _Fragment("t2n_gelu_tanh", "x: tensor<scalar>, a: scalar, e: scalar, c: scalar, "
+                     "k: scalar, d: scalar", "y: tensor<scalar>", [
+                         "h = mul(x, a)", "p = pow(x, e)", "q = mul(p, c)", "s = add(x, q)",
+                         "u = mul(s, k)", "t = tanh(u)", "v = add(t, d)", "y = mul(h, v)"])
+    lits = {n: scalar_const(o.args[1]) for n, o in
+            (("a", h), ("e", p), ("c", q), ("k", u), ("d", v))}
+    return frag, Op("t2n_gelu_tanh", [x], lits, [y.outputs[0]]), [h, p, q, s, u, t, v, y]
+
+
+def _nan_minmax(index: Index, y: Op):
+    """``r = max(x, c); y = select(tract_core_is_nan(x), x, r)``: a max/min that keeps a
+    NaN of x, as torch.clamp/clamp_min/maximum do (tract's max/min return the other
+    operand). One ``t2n_max_nan``/``t2n_min_nan`` call."""
+    if y.kind != "select" or len(y.args) != 3:
+        return None
+    cond, x, r = y.args
+    n = _made_single(index, cond, "tract_core_is_nan", y)
+    if n is None or len(n.args) != 1 or n.args[0] is not x:
+        return None
+    m = index.made_by(r, ("max", "min"))
+    if m is None or not _single(index, r, y) or len(m.args) != 2 or m.args[0] is not x:
+        return None
+    c = m.args[1]
+    if not isinstance(c, Tensor) or not _f32(x, c, y.outputs[0]) \
+            or tuple(y.outputs[0].shape) != tuple(x.shape) \
+            or tuple(r.shape) != tuple(x.shape) or not (c.rank == 0 or c.rank == x.rank):
+        return None
+    name = f"t2n_{m.kind}_nan"
+    frag = _Fragment(name, "x: tensor<scalar>, c: tensor<scalar>", "y: tensor<scalar>", [
+        f"r = {m.kind}(x, c)", "n = tract_core_is_nan(x)", "y = select(n, x, r)"])
+    return frag, Op(name, [x, c], {}, [y.outputs[0]]), [m, n, y]
+
+
+def _layer_norm_affine(index: Index, y: Op):
+    """A layer norm and its elementwise affine (``t2n_layer_norm`` then
+    ``t2n_scale_shift``, when the affine could not fold into a following layer): one
+    ``t2n_layer_norm_affine`` call, as the ONNX route's ``LayerNormalization``."""
+    if y.kind != "t2n_scale_shift" or len(y.args) != 3:
+        return None
+    ln = _made_single(index, y.args[0], "t2n_layer_norm", y)
+    if ln is None:
+        return None
+    frag = _Fragment("t2n_layer_norm_affine", "x: tensor<scalar>, s: tensor<scalar>, "
+                     "b: tensor<scalar>, axis: integer, eps: scalar", "y: tensor<scalar>", [
+                         "m = mean_reduce(x, axes = [axis])", "c = sub(x, m)",
+                         "n = tract_core_rms_norm(c, axis = axis, eps = eps)",
+                         "t = mul(n, s)", "y = add(t, b)"])
+    call = Op("t2n_layer_norm_affine", [ln.args[0], y.args[1], y.args[2]], dict(ln.attrs),
+              [y.outputs[0]])
+    return frag, call, [ln, y]

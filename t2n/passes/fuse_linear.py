@@ -7,7 +7,9 @@ b)`` is defined as exactly that pair (tract's stdlib fragment ``linear`` is
 rank-3 inputs when the filter and the bias have the input's rank), so the archive says it in
 one op and tract builds the same two operations from it. The bias must be a constant vector
 over the output features, shaped ``[1, ..., 1, out]``, and the product must have no other
-reader. Inputs with batch axes other than 1 keep ``matmul`` + ``add``: the weight's size-1
+reader. A product with the weight as stored, ``matmul(x, W)`` (transformers' ``Conv1D`` in
+GPT-2, ``x @ W + b`` written by hand), is a ``linear`` of the transposed weight, stored
+transposed under the same label when the product is the weight's only reader. Inputs with batch axes other than 1 keep ``matmul`` + ``add``: the weight's size-1
 axes would share their labels (see ``broadcast_axes``, which rewrites those products).
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
-from .rewrite import Index, channel_vector, may_fold_weights
+from .rewrite import Index, channel_vector, derived, may_fold_weights
 
 
 def run(g: Graph, ctx) -> None:
@@ -23,13 +25,16 @@ def run(g: Graph, ctx) -> None:
         return  # compressed weights keep the forms their format was planned on
     index = Index(g)
     for op in list(g.ops):
-        if op.kind != "matmul" or len(op.args) != 2 or op.attrs.get("transposeA") \
-                or not op.attrs.get("transposeB"):
+        if op.kind != "matmul" or len(op.args) != 2 or op.attrs.get("transposeA"):
             continue
         x, w = op.args
         z = op.outputs[0]
         if not isinstance(x, Tensor) or not isinstance(w, Tensor) or w.value is None \
                 or not z.dtype.is_floating_point or w.rank != x.rank or z.rank != x.rank:
+            continue
+        stored = not op.attrs.get("transposeB")  # W is [.., in, out]: transpose it
+        if stored and (w.rank < 2 or any(d != 1 for d in w.shape[:-2])
+                       or index.only_reader(w) is None):
             continue
         if any(not (isinstance(d, int) and d == 1) for d in x.shape[:-2]):
             continue  # a size-1 weight axis against a batch axis: broadcast_axes' case
@@ -43,6 +48,8 @@ def run(g: Graph, ctx) -> None:
                 or b.rank != z.rank or channel_vector(b, z.rank, z.rank - 1, c) is None \
                 or tuple(add.outputs[0].shape) != tuple(z.shape):
             continue
+        if stored:
+            w = derived(g, w, w.value.transpose(-1, -2))
         at = g.ops.index(add)
         g.ops[at] = Op("linear", [x, w, b], {}, [add.outputs[0]])
         g.ops.remove(op)
