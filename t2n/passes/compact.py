@@ -7,9 +7,12 @@ a flatten carry it on (``compact_layout``). So the channel goes: the producer's 
 bias lose it, so do the per-channel constants on the way, and each consumer (a convolution
 with ``groups = 1``, a matrix product over the channel axis) loses the matching input and
 folds what ``c`` contributed into its bias, ``bias[o] += c * sum(W[o, k, ...])`` (exact; a
-zero-padded consumer gets a border map instead, see ``_add_border_map``). Anything else
-that reads a channel (a graph output, a residual ``add``, a concatenation, a grouped
-convolution) leaves the producer as it is: the pass never changes a result. Layers are
+zero-padded consumer gets a border map instead, see ``_add_border_map``). A residual
+``add`` (any element-wise op combining the channels with another computed tensor) joins
+the weight layers behind its other operand to the plan: the channels zero in all of them
+go, from all of them. Anything else that reads a channel (a graph output, a
+concatenation, a grouped convolution) leaves the producer as it is: the pass never changes
+a result. Layers are
 visited last first, so a border map added after a consumer never blocks its own plan.
 
 The pass runs for ``t2n.export(..., compact=True)`` and reports per-layer figures
@@ -126,7 +129,7 @@ def _layer_stats(g: Graph, op: Op, uses) -> LayerStats:
 # ---------------------------------------------------------------------------- compaction
 @dataclass
 class _Plan:
-    producer: Op
+    producers: list  # the weight layers whose output channels these are
     axis: int
     zero: torch.Tensor  # bool [C]: filter all zero for the channel
     chain: list  # per-channel element-wise ops, in graph order
@@ -145,7 +148,10 @@ def compact_graph(g: Graph) -> None:
             uses, order = tensor_uses(g), op_order(g)
 
 
-def _plan(g: Graph, op: Op, uses, order) -> _Plan | None:
+def _source(op: Op):
+    """``(axis, channels, zero, c0)`` of a weight layer whose zero filters make constant
+    output channels: the channel axis of its output, the zero-filter mask and the constant
+    (its bias) of each channel; None when its channels cannot be removed."""
     w = op.args[1]
     if not w.dtype.is_floating_point:
         return None
@@ -165,23 +171,78 @@ def _plan(g: Graph, op: Op, uses, order) -> _Plan | None:
                 return None
             c0 = vec.to(w.dtype).clone()
     else:
-        _, waxis = linear_weight(op)
+        found = linear_weight(op)
+        if found is None:
+            return None
+        _, waxis = found
         channels = int(w.shape[waxis])
         other = w.rank - 1 if waxis == w.rank - 2 else w.rank - 2
         zero = (w.value == 0).all(dim=other).reshape(-1)
-        y = op.outputs[0]
-        axis = y.rank - 1
+        axis = op.outputs[0].rank - 1
         c0 = torch.zeros(channels, dtype=w.dtype)
-    if not bool(zero.any()):
-        return None
     out = op.outputs[0]
     if out.rank <= axis or out.shape[axis] != channels:
         return None
-    plan = _Plan(op, axis, zero, [], [out], {id(out): c0}, [], {id(out): (axis, 1)})
+    return axis, channels, zero, c0
+
+
+def _plan(g: Graph, op: Op, uses, order) -> _Plan | None:
+    """The channels of ``op`` and of every weight layer they are combined with.
+
+    From ``op``'s output, the pass follows every reader: per-channel ops and the layout ops
+    of ``compact_layout`` carry the channels on, weight layers contracting the channel axis
+    consume them, anything else ends the plan. An element-wise op that combines the
+    channels with another computed tensor (a residual ``add``) pulls that tensor in, back
+    through per-channel ops and pooling to the weight layers producing it: their channels
+    are the same channels, so the group removes only the channels zero in every producer
+    (the intersection), from every producer and every consumer alike."""
+    first = _source(op)
+    if first is None:
+        return None
+    axis, channels, zero, c0 = first
+    if not bool(zero.any()):
+        return None
+    out = op.outputs[0]
+    plan = _Plan([op], axis, zero.clone(), [], [out], {id(out): c0}, [], {id(out): (axis, 1)})
+    producer_of = {id(o): p for p in g.ops for o in p.outputs}
     moved = set()  # ops that carry the channels without computing (compact_layout)
-    # every op reached from the producer's output: per-channel ops, up to the consumers
-    reached: dict[int, Op] = {}
-    stack, seen = [out], set()
+    reached: dict[int, Op] = {}  # the ops computing channel tensors
+    stack: list = [out]
+
+    def pull(t: Tensor, lay: tuple) -> bool:
+        """Bring ``t`` (a computed operand beside the channels, layout ``lay``) into the
+        plan: back through its producers to weight layers of the same channels."""
+        if id(t) in plan.layout:
+            return plan.layout[id(t)] == lay
+        if lay[1] != 1 or t.rank <= lay[0] or t.shape[lay[0]] != channels:
+            return False
+        p = producer_of.get(id(t))
+        if p is None or len(p.outputs) != 1:
+            return False  # a graph input
+        plan.layout[id(t)] = lay
+        plan.tensors.append(t)
+        stack.append(t)
+        if p.kind in ("conv", "matmul") and id(p) in weight_set:
+            src = _source(p)
+            if src is None or src[:2] != (lay[0], channels) or src[3].dtype != c0.dtype:
+                return False
+            plan.producers.append(p)
+            plan.zero &= src[2]
+            plan.values[id(t)] = src[3]
+            return True
+        reached[id(p)] = p
+        if p.kind in ELEMENTWISE:
+            ins = [(a, lay) for a in p.args if isinstance(a, Tensor) and not a.is_const]
+        elif compact_layout.through(p, 0, p.args[0], lay, channels) == lay \
+                and p.kind in compact_layout.POOLING:
+            moved.add(id(p))
+            ins = [(p.args[0], lay)]
+        else:
+            return False
+        return all(pull(a, la) for a, la in ins)
+
+    weight_set = {id(w) for w in weight_layers(g)}
+    seen = set()
     while stack:
         t = stack.pop()
         if id(t) in seen:
@@ -205,6 +266,13 @@ def _plan(g: Graph, op: Op, uses, order) -> _Plan | None:
                 plan.layout[id(user.outputs[0])] = nxt or lay
                 moved.update([id(user)] if nxt else [])
                 stack.append(user.outputs[0])
+                if nxt is None:  # element-wise: computed operands are the same channels
+                    for a in user.args:
+                        if isinstance(a, Tensor) and not a.is_const and a is not t \
+                                and _same_shape(a, user.outputs[0]) and not pull(a, lay):
+                            return None
+    if not bool(plan.zero.any()):
+        return None
     # evaluate them in graph order: an op may combine several chain tensors (x * sigmoid(x))
     for user in sorted(reached.values(), key=lambda o: order[id(o)]):
         ax = plan.layout[id(user.outputs[0])][0]
@@ -214,11 +282,16 @@ def _plan(g: Graph, op: Op, uses, order) -> _Plan | None:
             return None
         o = user.outputs[0]
         plan.chain.append(user)
-        plan.tensors.append(o)
+        if all(o is not t for t in plan.tensors):
+            plan.tensors.append(o)
         plan.values[id(o)] = value
     if not plan.consumers:
         return None
     return plan
+
+
+def _same_shape(a: Tensor, b: Tensor) -> bool:
+    return a.rank == b.rank and tuple(a.shape) == tuple(b.shape)
 
 
 def _consumer_kind(op: Op, pos: int, t: Tensor, axis: int, channels: int) -> str | None:
@@ -315,16 +388,16 @@ def _apply(g: Graph, plan: _Plan, uses) -> bool:
     keep = torch.nonzero(~removed).reshape(-1)
     gone = torch.nonzero(removed).reshape(-1)
     axis, channels = plan.axis, int(removed.numel())
-    op = plan.producer
-    w = op.args[1]
-    if op.kind == "conv":
-        op.args[1] = _replace(g, w, w.value.index_select(0, keep))
-        bias = conv_bias(op)
-        if bias is not None and bias.rank:
-            set_conv_bias(op, _replace(g, bias, _take(bias.value, 1, keep, channels)))
-    else:
-        _, waxis = linear_weight(op)
-        op.args[1] = _replace(g, w, w.value.index_select(waxis, keep))
+    for op in plan.producers:
+        w = op.args[1]
+        if op.kind == "conv":
+            op.args[1] = _replace(g, w, w.value.index_select(0, keep))
+            bias = conv_bias(op)
+            if bias is not None and bias.rank:
+                set_conv_bias(op, _replace(g, bias, _take(bias.value, 1, keep, channels)))
+        else:
+            _, waxis = linear_weight(op)
+            op.args[1] = _replace(g, w, w.value.index_select(waxis, keep))
     for user in plan.chain:
         axis = plan.layout[id(user.outputs[0])][0]
         for i, a in enumerate(user.args):

@@ -26,6 +26,7 @@ from __future__ import annotations
 from ..builder import Op, Tensor
 
 _REDUCE = ("mean_reduce", "max_reduce", "min_reduce")
+POOLING = ("max_pool", "avg_pool")
 
 
 def _static(shape) -> bool:
