@@ -9,8 +9,10 @@ one op and tract builds the same two operations from it. The bias must be a cons
 over the output features, shaped ``[1, ..., 1, out]``, and the product must have no other
 reader. A product with the weight as stored, ``matmul(x, W)`` (transformers' ``Conv1D`` in
 GPT-2, ``x @ W + b`` written by hand), is a ``linear`` of the transposed weight, stored
-transposed under the same label when the product is the weight's only reader. Inputs with batch axes other than 1 keep ``matmul`` + ``add``: the weight's size-1
-axes would share their labels (see ``broadcast_axes``, which rewrites those products).
+transposed under the same label when the product is the weight's only reader (float32
+weights only: a compressed format keeps the weight as the model holds it). Inputs with
+batch axes other than 1 keep ``matmul`` + ``add``: the weight's size-1 axes would share
+their labels (see ``broadcast_axes``, which rewrites those products).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from .rewrite import Index, channel_vector, derived, may_fold_weights
 def run(g: Graph, ctx) -> None:
     if not may_fold_weights(ctx):
         return  # compressed weights keep the forms their format was planned on
+    # a transposed copy of a weight is a new tensor, not the model's weight times a factor:
+    # a compressed format could not map its rounding back onto the model for the check
+    transpose_ok = ctx.options.get("weights") in (None, "f32")
     index = Index(g)
     for op in list(g.ops):
         if op.kind != "matmul" or len(op.args) != 2 or op.attrs.get("transposeA"):
@@ -33,7 +38,7 @@ def run(g: Graph, ctx) -> None:
                 or not z.dtype.is_floating_point or w.rank != x.rank or z.rank != x.rank:
             continue
         stored = not op.attrs.get("transposeB")  # W is [.., in, out]: transpose it
-        if stored and (w.rank < 2 or any(d != 1 for d in w.shape[:-2])
+        if stored and (not transpose_ok or w.rank < 2 or any(d != 1 for d in w.shape[:-2])
                        or index.only_reader(w) is None):
             continue
         if any(not (isinstance(d, int) and d == 1) for d in x.shape[:-2]):
