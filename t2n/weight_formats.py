@@ -328,10 +328,10 @@ def plan(g, weights: str, model) -> Plan:
         if data.untyped_storage().data_ptr() not in owned:
             st.source = source
         chosen[id(v.tensor)] = st
-    for vid in _shared_sources(uses, chosen):
+    for vid in _shared_sources(uses, chosen, scaled_from):
         v = uses.variable(vid)
-        result.kept.append((uses.label(v), "folded from a model weight that another use "
-                                           "reads too"))
+        result.kept.append((uses.label(v), "a model weight read both as it is and folded "
+                                           "(or folded twice)"))
         del chosen[vid]
     for vid in uses.conflicting(chosen):
         v = uses.variable(vid)
@@ -365,18 +365,22 @@ def plan(g, weights: str, model) -> Plan:
     return result
 
 
-def _shared_sources(uses, chosen: dict) -> list[int]:
-    """Chosen folded weights whose model weight is also read by another variable (directly
-    or folded differently): the check's copy of the model can hold one rounding of it."""
-    readers: dict[int, int] = {}
+def _shared_sources(uses, chosen: dict, scaled_from: dict) -> list[int]:
+    """Chosen weights sharing a model weight with a folded (scaled) copy of it, or two
+    folded copies of one model weight: the check's copy of the model can hold one rounding
+    of each model weight, and the other reader would compute with a different one."""
+    readers: dict[int, list[int]] = {}
+    folded_ptrs = set()
     for v in uses.variables():
-        st = chosen.get(id(v.tensor))
-        t = st.source if st is not None and st.source is not None else v.data
+        src = scaled_from.get(id(v.tensor))
+        t = src if src is not None else v.data
         if t.numel():
             ptr = t.untyped_storage().data_ptr()
-            readers[ptr] = readers.get(ptr, 0) + 1
-    return [vid for vid, st in chosen.items() if st.source is not None
-            and readers.get(st.source.untyped_storage().data_ptr(), 0) > 1]
+            readers.setdefault(ptr, []).append(id(v.tensor))
+            if src is not None:
+                folded_ptrs.add(ptr)
+    return [vid for ptr in folded_ptrs if len(readers[ptr]) > 1
+            for vid in readers[ptr] if vid in chosen]
 
 
 def _f16_storage(g, v):

@@ -132,12 +132,15 @@ class TiedLM(torch.nn.Module):
         self.proj = torch.nn.Linear(128, 64)
         self.head = torch.nn.Linear(64, 50, bias=False)
         self.head.weight = self.wte.weight
+        self.ln_f = torch.nn.LayerNorm(64)  # its scale is not folded into the tied head
+        with torch.no_grad():
+            self.ln_f.weight.uniform_(0.5, 1.5)
 
     def forward(self, ids):
         h = self.wte(ids)
         h = h + self.proj(torch.relu(torch.addmm(self.b_fc, h.view(-1, 64), self.c_fc)
                                      .view(h.shape[0], h.shape[1], 128)))
-        return self.head(h)
+        return self.head(self.ln_f(h))
 
 
 def test_q4_0_tied_table_and_transposed_weight_with_dynamic_axis(tmp_path):

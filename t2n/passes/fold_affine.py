@@ -24,12 +24,13 @@ import torch
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
 from .rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector, const,
-                      derived, enabled, float64)
+                      derived, enabled, float64, compressing, read_elsewhere)
 
 
 def run(g: Graph, ctx) -> None:
     if may_fold_weights(ctx):
-        rewrite_until_stable(g, _fold_after)
+        compressed = compressing(ctx)  # then a weight another use reads is left alone
+        rewrite_until_stable(g, lambda g, index, op: _fold_after(g, index, op, compressed))
 
 
 PASS = GraphPass("fold_affine", run, options=("optimize",))
@@ -67,11 +68,13 @@ def _layer(op: Op):
     return None
 
 
-def _fold_after(g: Graph, index: Index, op: Op) -> bool:
+def _fold_after(g: Graph, index: Index, op: Op, compressed: bool = False) -> bool:
     layer = _layer(op)
     if layer is None:
         return False
     kind, w, axis, c, bias = layer
+    if compressed and read_elsewhere(g, index, w):
+        return False
     y = op.outputs[0]
     if y.rank <= axis or y.shape[axis] != c:
         return False

@@ -25,14 +25,15 @@ import torch
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
 from .rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector, derived,
-                      enabled, float64, scalar_const)
+                      enabled, float64, scalar_const, compressing, read_elsewhere)
 
 _LAYOUT = ("reshape", "transpose", "slice", "squeeze", "unsqueeze", "copy")
 
 
 def run(g: Graph, ctx) -> None:
     if may_fold_weights(ctx):
-        rewrite_until_stable(g, _fold)
+        compressed = compressing(ctx)  # then a weight another use reads is left alone
+        rewrite_until_stable(g, lambda g, index, op: _fold(g, index, op, compressed))
 
 
 PASS = GraphPass("fold_scale", run, options=("optimize",))
@@ -55,7 +56,7 @@ def _scale_of(index: Index, op: Op):
     return None
 
 
-def _fold(g: Graph, index: Index, op: Op) -> bool:
+def _fold(g: Graph, index: Index, op: Op, compressed: bool = False) -> bool:
     found = _scale_of(index, op)
     if found is None:
         return False
@@ -67,6 +68,8 @@ def _fold(g: Graph, index: Index, op: Op) -> bool:
         if target is None:
             continue
         lin, channels = target
+        if compressed and read_elsewhere(g, index, lin.args[1]):
+            continue
         _scale_rows(g, lin, channels, s)
         mm.outputs[0] = op.outputs[0]
         g.ops.remove(op)
