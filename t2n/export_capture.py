@@ -80,17 +80,12 @@ def _frozen_axes(ep, symbols, input_names) -> tuple[list[str], list[str]]:
     return frozen, ranges
 
 
-def _unmapped(ep) -> set:
-    """OpOverloads of the program that t2n has no mapping for."""
-    out = set()
-    for n in ep.graph.nodes:
-        t = n.target
-        if n.op == "call_function" and isinstance(t, torch._ops.OpOverload) \
-                and t.namespace == "aten":
-            name = t._schema.name.split("::", 1)[1]
-            if registry.lookup(name) is None:
-                out.add(t)
-    return out
+def _decompositions_of_unmapped() -> dict:
+    """torch.export's default decompositions of the aten ops t2n has no mapping for (an op
+    t2n maps reaches the walker as it is, as on the trace path)."""
+    return {op: fn for op, fn in torch.export.default_decompositions().items()
+            if isinstance(op, torch._ops.OpOverload) and op.namespace == "aten"
+            and registry.lookup(op._schema.name.split("::", 1)[1]) is None}
 
 
 def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_names):
@@ -117,14 +112,10 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
                 raise UsageError("the model fixes dynamic axes to their example size (torch."
                                  "export guards on them): " + ", ".join(frozen) + "; export "
                                  "them static, or change the code that needs the fixed size")
-            ep = ep.run_decompositions({})
-            for _ in range(4):
-                todo = _unmapped(ep)
-                table = {op: fn for op, fn in torch.export.default_decompositions().items()
-                         if op in todo}
-                if not table:
-                    break
-                ep = ep.run_decompositions(table)
+            # one re-trace: functionalise, and decompose the ops t2n does not map (the
+            # decompositions apply recursively, to the unmapped ops they emit too). Each
+            # run_decompositions re-traces the whole program: most of an export's time.
+            ep = ep.run_decompositions(_decompositions_of_unmapped())
     finally:
         model.train(was_training)
     ep.t2n_ranges = ranges  # the sizes the model is valid for, said in the report
