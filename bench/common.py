@@ -70,10 +70,28 @@ def dlrm():
     return fd.make_dlrm(), fd.example_inputs(64)
 
 
+def declare_torchvision_schemas() -> None:
+    """transformers imports torchvision when it is installed, and torchvision's C++ schemas
+    do not load on this CPU torch: declaring the two it registers makes the import work
+    (as tests/conftest.py does)."""
+    import torch
+
+    try:
+        torch._C._get_schema("torchvision::nms", "")
+        return
+    except RuntimeError:
+        pass
+    lib = torch.library.Library("torchvision", "DEF")
+    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    declare_torchvision_schemas.library = lib  # keep the registration alive
+
+
 def gpt2():
     """transformers GPT-2 small config (124 M parameters), random weights, 16 tokens."""
     import torch
 
+    declare_torchvision_schemas()
     try:
         from transformers import GPT2Config, GPT2LMHeadModel
     except ImportError as e:
