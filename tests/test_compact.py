@@ -114,15 +114,6 @@ def test_per_channel_clamp_and_division_by_the_channel():
     assert _removed(r, "conv1") == 2
 
 
-class Residual(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(4, 4, 3, padding=1)
-
-    def forward(self, x):
-        return torch.relu(self.conv1(x) + x)
-
-
 class Concat(nn.Module):
     def __init__(self):
         super().__init__()
@@ -177,7 +168,8 @@ class ReshapedAway(nn.Module):
 
 class ResidualGroup(nn.Module):
     """stem conv -> relu -> max pool = s; y = relu(conv_b(relu(conv_a(s))) * k + s);
-    a second block adds conv_c's channels; the head is a padded conv."""
+    a second block adds conv_c's channels; the head is a padded conv. Beside it, conv_d
+    adds into the graph input, which no plan can shrink: conv_d keeps its channels."""
 
     def __init__(self):
         super().__init__()
@@ -187,12 +179,13 @@ class ResidualGroup(nn.Module):
         self.conv_c = nn.Conv2d(6, 6, 1)
         self.head = nn.Conv2d(6, 2, 3, padding=1)
         self.k = nn.Parameter(torch.rand(1, 6, 1, 1) + 0.5)
+        self.conv_d = nn.Conv2d(3, 3, 3, padding=1)
 
     def forward(self, x):
         s = torch.nn.functional.max_pool2d(torch.relu(self.stem(x)), 2)
         y = torch.relu(self.conv_b(torch.relu(self.conv_a(s))) * self.k + s)
         z = torch.relu(self.conv_c(y) - y)
-        return self.head(z)
+        return self.head(z), torch.relu(self.conv_d(x) + x)
 
 
 def test_residual_adds_remove_the_channels_zero_in_every_branch():
@@ -204,13 +197,13 @@ def test_residual_adds_remove_the_channels_zero_in_every_branch():
     _zero_rows(m.stem, [0, 2, 3, 4])
     _zero_rows(m.conv_b, [0, 2, 4])
     _zero_rows(m.conv_c, [0, 3, 4])
+    _zero_rows(m.conv_d, [1])
     r = assert_exports(m, (torch.randn(1, 3, 8, 8),), compact=True)
-    assert [_removed(r, n) for n in ("stem", "conv_b", "conv_c")] == [2, 2, 2]
+    assert [_removed(r, n) for n in ("stem", "conv_b", "conv_c", "conv_d")] == [2, 2, 2, 0]
     assert _layers(r)["conv_a"].params_after == 4 * 4 + 4
 
 
 LEFT_ALONE = {
-    "residual_add": Residual,
     "concat": Concat,
     "depthwise_consumer": lambda: Depthwise(4),
     "grouped_consumer": lambda: Depthwise(2),

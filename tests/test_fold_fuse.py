@@ -264,17 +264,6 @@ class Composite(nn.Module):
         return F.gelu(self.ln(torch.cat([m, m * 2], 1)))
 
 
-def test_composites_become_fragment_calls_and_match():
-    model = _randomise_bn(Composite())
-    x = torch.randn(2, 3, 6, 6) * 4
-    r = assert_exports(model, (x,))
-    h = r.op_histogram
-    for name in ("t2n_gelu", "t2n_layer_norm_affine", "t2n_clamp", "t2n_mean", "t2n_split2",
-                 "t2n_scale_shift"):  # the batch norm after the concat
-        assert h.get(name) == 1, (name, h)
-    assert "tract_core_erf" not in h and "max" not in h and "slice" not in h, h
-
-
 def test_compose_is_for_tract_only(tmp_path):
     ln = nn.LayerNorm(8)
     f = _fn(lambda x: F.gelu(ln(x)), ln)
@@ -313,15 +302,32 @@ class Chains(nn.Module):
         return (q / n.expand_as(q)) @ kt.reshape(2, 4, 3), v, c
 
 
-def test_chains_and_composites_close_the_op_count():
-    model = Chains().eval()
-    x = torch.randn(2, 3, 6)
-    x[0, 0, 0] = float("nan")  # the NaN-keeping max must keep it
-    r = assert_exports(model, (x,))
+class Both(nn.Module):
+    """Composite and Chains in one export (one tract run for both sets of rewrites)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = _randomise_bn(Composite()), Chains()
+
+    def forward(self, x, y):
+        return self.a(x), *self.b(y)
+
+
+def test_composites_and_chains_become_single_ops_and_match():
+    model = Both().eval()
+    x = torch.randn(2, 3, 6, 6) * 4
+    y = torch.randn(2, 3, 6)
+    y[0, 0, 0] = float("nan")  # the NaN-keeping max must keep it
+    r = assert_exports(model, (x, y))
     h = r.op_histogram
-    for name in ("t2n_gelu_tanh", "t2n_max_nan", "t2n_split3", "t2n_layer_norm_affine"):
+    for name in ("t2n_gelu", "t2n_clamp", "t2n_mean", "t2n_split2", "t2n_gelu_tanh",
+                 "t2n_max_nan", "t2n_split3", "t2n_scale_shift"):  # BN after the concat
         assert h.get(name) == 1, (name, h)
+    assert h.get("t2n_layer_norm_affine") == 2, h
+    assert "tract_core_erf" not in h and "max" not in h and "slice" not in h, h
+    # x @ W + b with W [in, out] is a linear; view(view), transpose(permute) and
+    # expand_as before the division are gone
     assert h.get("linear") == 1 and "matmul" in h and h.get("transpose") == 1, h
     assert "tract_core_broadcast" not in h and h.get("reshape", 0) <= 4, h
-    before = _hist(model, (x,), optimize=False)
+    before = _hist(model.b, (y,), optimize=False)
     assert before.get("transpose") == 2 and "tract_core_broadcast" in before, before
