@@ -253,10 +253,20 @@ def _topk(g, self, k, axis, largest):
         raise g.error(f"self: dtype {self.dtype} cannot be sorted by tract_core_topk")
     shape = list(self.shape)
     shape[axis] = k
-    if not isinstance(k, int):  # tract evaluates a symbolic k literal without the symbols
-        k = g.dim_scalar(k)
-    return g.op("tract_core_topk", self, k=k, axis=axis, largest=bool(largest), outputs=2,
+    if isinstance(k, int):
+        return g.op("tract_core_topk", self, k=k, axis=axis, largest=bool(largest),
+                    outputs=2, out_dtypes=[self.dtype, torch.int64],
+                    out_shapes=[shape, shape])
+    # a symbolic k goes in as a run-time scalar (tract evaluates a symbolic literal without
+    # the symbols), and tract then sizes the outputs by a fresh symbol of its own: a full
+    # dyn_slice (0..k) names that axis k again, so the result meets tensors sized k (the
+    # sorted batch of pack_padded_sequence meets its hidden states)
+    n = g.dim_scalar(k)
+    outs = g.op("tract_core_topk", self, k=n, axis=axis, largest=bool(largest), outputs=2,
                 out_dtypes=[self.dtype, torch.int64], out_shapes=[shape, shape])
+    zero = g.scalar(0, torch.int64)
+    return tuple(g.op("tract_core_dyn_slice", o, zero, n, len=k, axis=axis, out_shape=shape,
+                      out_dtype=o.dtype) for o in outs)
 
 
 @aten("topk")

@@ -322,16 +322,16 @@ def test_packed_sequences(given):
                                    mix([2, 5, 5])])
 
 
-def test_packed_dynamic_time():
-    """One archive for every padded length T (the batch stays static: pack_padded_sequence's
-    sort becomes a tract topk whose output size tract names by a symbol of its own)."""
+def test_packed_dynamic_time_and_batch():
+    """One archive for every padded length T and batch size B (the sort by length is a
+    tract topk whose outputs are named B again, so they meet the states)."""
     rnn = _make("lstm", input_size=3, hidden_size=4, num_layers=2, bidirectional=True,
                 batch_first=True)
     m = Packed(rnn)
     assert_exports(m, (_x(rnn, 3, 6), torch.tensor([6, 2, 4])), input_names=["x", "len"],
-                   dynamic_axes={"x": {1: "T"}},
-                   more_args=[(_x(rnn, 3, 1), torch.tensor([1, 1, 1])),
-                              (_x(rnn, 3, 50), torch.tensor([3, 50, 17]))])
+                   dynamic_axes={"x": {0: "B", 1: "T"}, "len": {0: "B"}},
+                   more_args=[(_x(rnn, 1, 1), torch.tensor([1])),
+                              (_x(rnn, 4, 50), torch.tensor([3, 50, 17, 50]))])
 
 
 def test_packed_data_read_is_refused(tmp_path):
