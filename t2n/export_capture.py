@@ -106,7 +106,7 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
                     dynamic_shapes=_dynamic_shapes(len(binding.tensors), symbols)
                     if symbols else None)
             except Exception as e:  # torch.export's own diagnosis, as one clear line
-                raise _export_error(e, symbols, input_names) from e
+                raise _export_error(e, symbols, input_names, binding.tensors) from e
             frozen, ranges = _frozen_axes(ep, symbols, input_names)
             if frozen:
                 raise UsageError("the model fixes dynamic axes to their example size (torch."
@@ -133,7 +133,7 @@ def _user_line(text: str) -> str:
     return f" at {os.path.basename(frames[-1][0])}:{frames[-1][1]}" if frames else ""
 
 
-def _export_error(e: Exception, symbols, input_names) -> Exception:
+def _export_error(e: Exception, symbols, input_names, tensors=()) -> Exception:
     text = str(e).strip()
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
     first = first[:400] + _user_line(text)
@@ -141,6 +141,13 @@ def _export_error(e: Exception, symbols, input_names) -> Exception:
     if "Constraint" in name or "specializ" in text or "Not all values of" in text:
         axes = ", ".join(f"{input_names[i]} axis {a} = {s}" for i, d in symbols.items()
                          for a, s in d.items())
+        small = [f"{input_names[i]} axis {a} ({s}) is {tensors[i].shape[a]}"
+                 for i, d in symbols.items() for a, s in d.items()
+                 if i < len(tensors) and tensors[i].shape[a] in (0, 1)]
+        if small:  # torch.export specialises sizes 0 and 1, whatever the model does
+            return UsageError("a dynamic axis has size 0 or 1 in the example inputs ("
+                              + ", ".join(small) + "), which torch.export fixes: give "
+                              "examples of size >= 2 on dynamic axes (or use capture='trace')")
         return UsageError("a dynamic axis is frozen by the model: torch.export found that "
                           f"the code needs a fixed size ({axes}): {first}")
     if "data-dependent" in text or "GuardOnDataDependent" in name:

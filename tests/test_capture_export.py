@@ -143,3 +143,9 @@ def test_chunked_linear_cross_entropy_of_another_library_namespace(tmp_path, red
     args = (torch.randn(5, 8), torch.randn(6, 8), torch.randn(6), torch.randint(0, 6, (5,)))
     t2n.export(FunctionModule(fn), args, str(tmp_path / "m.nnef"), capture="export",
                check=True)
+
+
+def test_a_dynamic_axis_of_example_size_one_is_refused_naming_it(tmp_path):
+    with pytest.raises(UsageError, match=r"x axis 0 \(B\) is 1.*size >= 2"):
+        t2n.export(torch.nn.Linear(3, 2), (torch.randn(1, 3),), str(tmp_path / "m.nnef"),
+                   capture="export", input_names=["x"], dynamic_axes={"x": {0: "B"}})
