@@ -1,8 +1,8 @@
 """Transformer building blocks: scaled_dot_product_attention, einsum, baddbmm.
 
 Products go through ``tract_core_einsum`` with the batch axes spelled out (tract aborts on
-``...`` and on i64 operands, so ellipses are expanded here from the known ranks and integer
-products other than i32 are refused). Causal masks are built from ``g.arange`` over the
+``...``, so ellipses are expanded here from the known ranks; integer products take the exact
+element-wise form of :func:`einsum_op`, since tract aborts on i64 ones). Causal masks are built from ``g.arange`` over the
 (possibly symbolic) sequence lengths, so one archive serves every length.
 """
 
@@ -16,14 +16,13 @@ from op_mappings.helpers.matrix import einsum_op
 from t2n.registry import aten
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-_EINSUM_DTYPES = (torch.float16, torch.float32, torch.float64, torch.int32)
 
 
 def _check_einsum_dtype(g, what: str, *xs):
     for x in xs:
-        if x.dtype not in _EINSUM_DTYPES:
-            raise g.error(f"{what}: {x.dtype} operands are not supported (tract aborts on "
-                          "i64 products; only f16, f32, f64 and i32 are computed)")
+        if x.dtype == torch.bool:
+            raise g.error(f"{what}: products of torch.bool tensors are not supported "
+                          "(PyTorch has none either)")
 
 
 # ---------------------------------------------------------------------------- einsum

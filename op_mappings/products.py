@@ -1,15 +1,15 @@
 """Vector and tensor products beyond matmul: dot, vdot, mv, addmv, addbmm, addr, outer,
 inner, kron, tensordot, vecdot, multi_dot, cross.
 
-Float products go through ``matmul`` / ``tract_core_einsum``; integer operands are refused
-(tract aborts on i64 matrix products), except where the product is element-wise.
+Float products go through ``matmul`` / ``tract_core_einsum``; integer products take the
+exact element-wise form of :mod:`op_mappings.helpers.matrix` (tract aborts on i64 ones).
 """
 
 from __future__ import annotations
 
 import torch
 
-from op_mappings.helpers.matrix import affine_product, matmul_nd
+from op_mappings.helpers.matrix import affine_product, einsum_op, matmul_nd
 from t2n.loops import Loop
 from t2n.registry import aten
 
@@ -110,16 +110,16 @@ def kron(g, self, other):
 
 def _einsum(g, inputs, expr, dtype):
     """One ``tract_core_einsum`` accumulated in float (f32 for f16 operands, whose
-    einsum then yields f32), rounded to ``dtype`` once."""
-    if not dtype.is_floating_point:
-        raise g.error(f"contraction of {dtype} tensors is not supported (tract aborts on "
-                      "integer einsum)")
+    einsum then yields f32), rounded to ``dtype`` once; integer contractions take the exact
+    element-wise form."""
     lhs, out = expr.split("->")
     sizes = {}
     for spec, x in zip(lhs.split(","), inputs):
         for c, n in zip(spec, x.shape):
             if not (isinstance(n, int) and n == 1) or c not in sizes:
                 sizes[c] = n
+    if not dtype.is_floating_point:
+        return einsum_op(g, expr, inputs, [sizes[c] for c in out], dtype)
     acc = _acc(dtype)
     y = g.op("tract_core_einsum", [g.cast(x, dtype) for x in inputs], expr=expr, acc=acc,
              out_dtype=torch.float32 if acc == "f32" else dtype,

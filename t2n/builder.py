@@ -418,11 +418,26 @@ class Graph:
             # tract aborts when reducing over an empty axis: the result is the identity
             r = self.broadcast_to(self.scalar(_identity(kind, dtype or t.dtype),
                                               dtype or t.dtype), shape)
+        elif kind == "sum_reduce" and not t.dtype.is_floating_point and t.dtype != torch.bool:
+            r = self._integer_sum(t, axes)
         else:
             r = self.op(kind, t, axes=axes, out_shape=shape, out_dtype=dtype or t.dtype)
             if kind in ("max_reduce", "min_reduce") and t.dtype.is_floating_point:
                 r = self._unsaturate(kind, t, axes, shape, r)
         return r if keepdim else self.squeeze(r, axes)
+
+    def _integer_sum(self, t: Tensor, axes: list[int]) -> Tensor:
+        """An exact integer sum (reduced axes kept). tract's integer ``sum_reduce``
+        accumulates in i32 and saturates (i64 terms are truncated to 32 bits first), while
+        its ``tract_core_cumsum`` adds in the tensor's own type, wrapping as PyTorch does:
+        per axis, the first element of a reverse cumsum is the total."""
+        for a in axes:
+            if isinstance(t.shape[a], int) and t.shape[a] == 1:
+                continue
+            c = self.op("tract_core_cumsum", t, axis=a, exclusive=False, reverse=True,
+                        out_shape=list(t.shape))
+            t = self.slice(c, a, 0, 1)
+        return t
 
     def _unsaturate(self, kind: str, t: Tensor, axes: list[int], shape, r: Tensor) -> Tensor:
         """tract's float max/min reductions never leave the finite range: a slice of only

@@ -7,8 +7,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from opcases import Apply, Fn, assert_cases
-from t2n.errors import UnsupportedOperatorsError
-from t2n.testing import assert_exports
 
 
 def test_linear_modules():
@@ -75,8 +73,31 @@ def test_mm_bmm_and_operator():
     }, (torch.randn(3, 4), torch.randn(4, 2), torch.randn(2, 3, 4), torch.randn(2, 4, 5)))
 
 
-def test_integer_matmul_is_refused_not_crashing():
-    m = Fn(lambda a, b: a @ b)
-    with pytest.raises(UnsupportedOperatorsError, match="tract aborts on integer matmul"):
-        assert_exports(m, (torch.ones(2, 3, dtype=torch.int64), torch.ones(3, 2,
-                                                                           dtype=torch.int64)))
+def test_integer_products_exact():
+    """Integer matmul/einsum (tract aborts on i64 kernels) take the element-wise form: exact,
+    overflow wrapping as in PyTorch, every matmul rank pattern, diagonals, uint8/int32."""
+    g = torch.Generator().manual_seed(0)
+    shapes = list(MATMUL_SHAPES.values())
+    ints = tuple(torch.randint(-9, 10, s, generator=g) for pair in shapes for s in pair)
+    cases = {f"int64 {name}": (lambda k: lambda *a: torch.matmul(a[2 * k], a[2 * k + 1]))(k)
+             for k, name in enumerate(MATMUL_SHAPES)}
+    n = len(ints)
+    big = torch.tensor([[2 ** 62, 3], [5, -(2 ** 61)]])
+    u8 = torch.randint(0, 255, (3, 4), generator=g, dtype=torch.uint8)
+    i32 = torch.randint(-2 ** 30, 2 ** 30, (3, 4), generator=g, dtype=torch.int32)
+    cases.update({
+        "int64 overflow wraps": lambda *a: a[n] @ a[n],
+        "uint8 wraps": lambda *a: a[n + 1] @ a[n + 1].t(),
+        "int32 wraps": lambda *a: a[n + 2] @ a[n + 2].t(),
+        "addmm int alpha beta": lambda *a: torch.addmm(a[6] @ a[7], a[6], a[7], beta=2, alpha=-3),
+        "einsum trace": lambda *a: torch.einsum("ii->", a[6] @ a[6].t()),
+        "einsum diag batched": lambda *a: torch.einsum("bii->bi", a[16] @ a[16].transpose(1, 2)),
+        "einsum outer contraction": lambda *a: torch.einsum("bij,jk,k->bi", a[16], a[7], a[7][0]),
+        "einsum ellipsis": lambda *a: torch.einsum("...ij,...jk->...ik", a[16], a[17]),
+        "bilinear": lambda *a: torch.nn.functional.bilinear(a[6], a[6], a[15][:, :, :4]),
+        "baddbmm": lambda *a: torch.baddbmm(a[16] @ a[17], a[16], a[17], alpha=2),
+        "tensordot": lambda *a: torch.tensordot(a[16], a[17], dims=([0], [0])),
+        "matrix_power": lambda *a: torch.linalg.matrix_power(a[6] @ a[6].t(), 3),
+    })
+    assert_cases(cases, ints + (big, u8, i32))
+
