@@ -248,6 +248,9 @@ _SORTABLE = (torch.float16, torch.float32, torch.float64, torch.int8, torch.int1
 
 
 def _topk(g, self, k, axis, largest):
+    if self.dtype == torch.bool:  # tract sorts numbers: sort 0/1 and cast the values back
+        v, i = _topk(g, g.cast(self, torch.uint8), k, axis, largest)
+        return g.cast(v, torch.bool), i
     if self.dtype not in _SORTABLE:
         raise g.error(f"self: dtype {self.dtype} cannot be sorted by tract_core_topk")
     shape = list(self.shape)

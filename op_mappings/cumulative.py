@@ -76,6 +76,11 @@ def _cum_extreme(g, self, dim, largest):
     pos_shape = [1] * w.rank
     pos_shape[axis + 1] = n
     pos = g.const(torch.arange(n, dtype=torch.int64).reshape(pos_shape))
+    # only positions up to the output's own (the fill past it may equal the extreme)
+    mask_shape = [1] * w.rank
+    mask_shape[axis], mask_shape[axis + 1] = n, n
+    seen = g.const(torch.from_numpy(np.tril(np.ones((n, n), dtype=bool)).reshape(mask_shape)))
+    hit = g.binary("and", hit, seen, torch.bool)
     cand = select(g, hit, pos, -1, torch.int64)
     if d.is_floating_point:
         # after a NaN, the index stays at the first NaN

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from op_mappings.helpers.elementwise import nan_propagating, where_
+from op_mappings.helpers.integer import int_pow
 from t2n.registry import aten
 
 
@@ -75,7 +76,7 @@ def int_power(g, x, n: int):
     return g.reduce("tract_core_product_reduce", stacked, [0], keepdim=False)
 
 
-@aten("div")
+@aten("div", "divide", "true_divide")
 def div(g, self, other, rounding_mode=None):
     dtype = g.out_dtype()
     if rounding_mode is None:
@@ -129,8 +130,10 @@ def where(g, condition, self=None, other=None):
 def pow_(g, self, exponent):
     dtype = g.out_dtype()
     if not isinstance(exponent, (int, float)) or not hasattr(self, "rank"):
+        if dtype == torch.bool:
+            raise g.error("pow of torch.bool tensors is not defined")
         if not dtype.is_floating_point:
-            raise g.error("integer pow with a tensor exponent is not supported by tract")
+            return int_pow(g, self, exponent, dtype)
         return g.binary("pow", self, exponent, dtype)
     x = g.cast(self, dtype)
     if exponent == 2 and dtype.is_floating_point:

@@ -70,7 +70,9 @@ def pad_nd(g, self, pairs, mode="constant", value=None):
         v = 0.0 if value is None else value
         if x.dtype.is_floating_point:
             attrs["value"] = float(v)
-        elif x.dtype == torch.bool or float(v) != int(v):
+        elif x.dtype == torch.bool:
+            attrs["value"] = float(bool(v))  # (the graph pads bool tensors as u8 0/1)
+        elif float(v) != int(v):
             raise g.error(f"value: padding a {x.dtype} tensor with {v!r} is not supported")
         else:
             attrs["value"] = float(v)  # tract casts the scalar to the tensor's dtype

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from op_mappings.helpers.integer import int_pow
 from op_mappings.helpers.matrix import affine_product, einsum_op, matmul_nd
 from t2n.loops import Loop
 from t2n.registry import aten
@@ -245,6 +246,10 @@ def vander(g, x, N=None):
     n = N if N is not None else x.shape[-1]
     d = g.out_dtype()
     xv = g.cast(x, d)
+    if not d.is_floating_point:
+        # exact powers x ** [0, n): tract turns the running product's x * x into Square,
+        # which has no integer kernel
+        return int_pow(g, g.unsqueeze(xv, [x.rank]), g.arange(n, d), d)
     cols = [g.broadcast_to(g.scalar(1, d), list(x.shape))]
     for _ in range(1, n):
         cols.append(g.binary("mul", cols[-1], xv, d))

@@ -40,7 +40,9 @@ def floor_div_positive(g, a, b):
 
 
 def _check_dtype(g, self, what):
-    if self.dtype == torch.bool:
+    """Bool tensors reduce as PyTorch does (sum/add = or, prod/multiply = and, amax = or,
+    amin = and: the builder scatters them as u8 with max/min); only a mean is undefined."""
+    if self.dtype == torch.bool and "mean" in what:
         raise g.error(f"{what} on a bool tensor is not supported")
 
 

@@ -196,7 +196,7 @@ def sum_to_size(g, self, size):
                                 if s == 1 and self.shape[lead + i] != 1]
     if not axes:
         return self
-    r = g.reduce("sum_reduce", self, axes, keepdim=True)
+    r = g.reduce("sum_reduce", g.cast(self, g.out_dtype()), axes, keepdim=True)
     return g.reshape(r, size)
 
 

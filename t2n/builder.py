@@ -34,7 +34,7 @@ from .tensors import DATA_DEPENDENT_PREFIX, Dim, Op, Tensor, Unavailable, Variab
 from .tensors import _python_dtype, _result_type, broadcast_shapes  # noqa: F401
 
 # element-wise ops whose tract kernels take numbers only, in the form tract has for bools
-_BOOL_FORMS = {"max": "or", "min": "and", "mul": "and"}
+_BOOL_FORMS = {"max": "or", "min": "and", "mul": "and", "add": "or"}
 
 
 MAX_INLINE_ELEMENTS = 8
@@ -245,6 +245,8 @@ class Graph:
         tensor arguments' shapes (right for element-wise ops). Symbolic dims inside list
         attributes (``shape=[B, 3]``) are written as tract dim expressions.
         """
+        if kind in _NUMBERS_ONLY and isinstance(args[0], Tensor) and args[0].dtype == torch.bool:
+            return self._bool_through_u8(kind, args, attrs, out_shape)
         tensors = [a for a in _flatten(args) if isinstance(a, Tensor)]
         dtype = out_dtype if out_dtype is not None else (
             tensors[0].dtype if tensors else torch.float32)
@@ -257,6 +259,21 @@ class Graph:
         outs = [Tensor(self.fresh_name(kind), s, d) for s, d in zip(out_shapes, out_dtypes)]
         self.ops.append(Op(kind, list(args), attrs, outs, self.node))
         return outs[0] if outputs == 1 else tuple(outs)
+
+    def _bool_through_u8(self, kind, args, attrs, out_shape):
+        """A data-moving op whose tract kernel takes numbers only ("Bool is not a number"),
+        on a bool tensor: run on u8 (0/1) and cast back; an ``add`` (``mul``) reduction is
+        ``max`` (``min``) there, which is PyTorch's bool ``or`` (``and``)."""
+        args = [self.cast(a, torch.uint8) if i in _NUMBERS_ONLY[kind] else a
+                for i, a in enumerate(args)]
+        attrs = dict(attrs)
+        if "value" in attrs:
+            attrs["value"] = float(bool(attrs["value"]))
+        if "reduction" in attrs:
+            attrs["reduction"] = {"add": "max", "mul": "min"}.get(attrs["reduction"],
+                                                                  attrs["reduction"])
+        y = self.op(kind, *args, out_dtype=torch.uint8, out_shape=out_shape, **attrs)
+        return self.cast(y, torch.bool)
 
     # ------------------------------------------------------------------ shared helpers
     def cast(self, t: Tensor, dtype: torch.dtype) -> Tensor:
@@ -518,6 +535,10 @@ class Graph:
         c = Counter(op.kind for op in self.live_ops())
         return dict(sorted(c.items()))
 
+
+# ops whose tract kernels refuse bool tensors -> the positions of their data arguments
+_NUMBERS_ONLY = {"pad": (0,), "tract_core_scatter_nd": (0, 2),
+                 "tract_core_scatter_elements": (0, 2)}
 
 _REDUCE_IDENTITY = {"sum_reduce": 0, "mean_reduce": float("nan"), "max_reduce": float("-inf"),
                     "min_reduce": float("inf"), "tract_core_product_reduce": 1,

@@ -177,10 +177,3 @@ def test_nan_and_inf_propagate_like_torch():
         "fmax/fmin ignore nan": lambda a, b: (torch.fmax(a, b), torch.fmin(a, b)),
         "comparisons with nan": lambda a, b: (a == b, a > b, a != b),
     }, (x, y))
-
-
-def test_pow_int_tensor_exponent_is_refused():
-    from t2n.errors import UnsupportedOperatorsError
-
-    with pytest.raises(UnsupportedOperatorsError, match="pow"):
-        assert_exports(Fn(lambda a, b: a ** b), (I64, I64_B.abs()))

@@ -142,14 +142,6 @@ def test_overwrite_with_duplicates_keeps_the_last_write():
                             torch.tensor([1.0, 2.0, 3.0, 4.0])))
 
 
-def test_scatter_add_on_bool_is_refused():
-    from t2n.errors import T2NError
-    fn = lambda x, i, s: x.scatter_add(0, i, s)  # noqa
-    with pytest.raises(T2NError, match="bool"):
-        assert_exports(Fn(fn), (torch.zeros(3, dtype=torch.bool), torch.tensor([1]),
-                                torch.tensor([True])))
-
-
 @pytest.mark.parametrize("include_self", [True, False], ids=["include_self", "exclude_self"])
 @pytest.mark.parametrize("reduce", ["amax", "amin", "sum", "mean"])
 def test_scatter_reduce_nan_propagates(reduce, include_self):

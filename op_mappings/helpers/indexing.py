@@ -204,6 +204,8 @@ def neutral(g, reduce: str, dtype: torch.dtype):
         return g.scalar(1, dtype)
     if dtype.is_floating_point:
         return g.scalar(float("-inf") if reduce == "amax" else float("inf"), dtype)
+    if dtype == torch.bool:
+        return g.scalar(reduce == "amin", dtype)
     info = torch.iinfo(dtype)
     return g.scalar(info.min if reduce == "amax" else info.max, dtype)
 
