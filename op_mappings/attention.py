@@ -1,9 +1,10 @@
 """Transformer building blocks: scaled_dot_product_attention, einsum, baddbmm.
 
 Products go through ``tract_core_einsum`` with the batch axes spelled out (tract aborts on
-``...``, so ellipses are expanded here from the known ranks; integer products take the exact
-element-wise form of :func:`einsum_op`, since tract aborts on i64 ones). Causal masks are built from ``g.arange`` over the
-(possibly symbolic) sequence lengths, so one archive serves every length.
+``...``, so ellipses are expanded here from the known ranks; integer products take the
+exact element-wise form of :func:`einsum_op`, since tract aborts on i64 ones). Causal masks
+are built from ``g.arange`` over the (possibly symbolic) sequence lengths, so one archive
+serves every length.
 """
 
 from __future__ import annotations
