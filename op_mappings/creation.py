@@ -147,7 +147,7 @@ def _linspace_values(g, start, end, steps, dtype):
     """PyTorch's two-sided formula: start + i*step below halfway, end - (n-1-i)*step above
     (runtime start/end are 0-dim tensors)."""
     if not dtype.is_floating_point:
-        raise g.error(f"linspace/logspace with integer dtype {dtype} is not supported")
+        raise g.error(f"logspace with integer dtype {dtype} is not supported")
     if steps == 0:
         return g.broadcast_to(g.scalar(0.0, dtype), [0])
     a = g.as_tensor(start, dtype)
@@ -167,7 +167,15 @@ def _linspace_values(g, start, end, steps, dtype):
 
 @aten("linspace")
 def linspace(g, start, end, steps, dtype=None, *_):
-    return _linspace_values(g, start, end, steps, g.out_dtype())
+    d = g.out_dtype()
+    if d.is_floating_point:
+        return _linspace_values(g, start, end, steps, d)
+    if d == torch.bool:
+        raise g.error("dtype: linspace of torch.bool is not supported")
+    # PyTorch's integer linspace: start and end in the dtype, the two-sided formula in
+    # double, each value truncated back
+    a, b = (g.cast(g.as_tensor(v, d), torch.float64) for v in (start, end))
+    return g.cast(_linspace_values(g, a, b, steps, torch.float64), d)
 
 
 @aten("logspace")

@@ -42,6 +42,8 @@ def test_integer_ops_exact():
         "bincount weights minlength": lambda x, s, u, su, i: torch.bincount(
             su.long(), weights=x.double() / 3, minlength=12),
         "vander": lambda x, s, u, su, i: torch.linalg.vander(s % 11, N=6),
+        "linspace int": lambda x, s, u, su, i: torch.linspace(s[0] * 7, s[4] * 3, 9,
+                                                              dtype=torch.int64),
         "sum past i32": lambda x, s, u, su, i: (x.reshape(2, 4) // 4).sum(1),
         "sum wraps": lambda x, s, u, su, i: x.sum(),
         "sum u8 wraps": lambda x, s, u, su, i: u.sum(dtype=torch.uint8),

@@ -53,7 +53,19 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--dtype", default="float32", choices=sorted(H.DTYPES))
     ap.add_argument("--capture", default="trace", choices=["trace", "export"])
+    ap.add_argument("--matrix", nargs="+", metavar="DTYPE=JSON",
+                    help="merge per-dtype --json results into the support matrix")
     a = ap.parse_args()
+    if a.matrix:
+        results = {}
+        for item in a.matrix:
+            dtype, _, path = item.partition("=")
+            with open(path) as f:
+                results[dtype] = {name: H.OpOutcome(name, [H.SampleOutcome(*s) for s in ss])
+                                  for name, ss in json.load(f).items()}
+        with open(a.out, "w") as f:
+            f.write(H.dtype_matrix(results, a.max_samples))
+        return 0
     ops = H.in_scope_ops(H.DTYPES[a.dtype][0])
     if a.only:
         ops = [o for o in ops if H.op_key(o) in a.only or o.name in a.only]

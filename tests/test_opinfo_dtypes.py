@@ -1,0 +1,60 @@
+"""PyTorch's OpInfo samples in float16, int64 and bool, exported and run in tract.
+
+The float32 conformance test (test_opinfo_conformance.py) covers 4 samples per op; here each
+op runs its first sample in each dtype (a deterministic choice that keeps CI short; the
+full sweep is ``python tools/opinfo_sweep.py --dtype int64``). Float outputs of float16
+samples compare within a few f16 ulps (rtol 1e-2, atol 1e-3); integer and bool outputs
+compare exactly. A mismatch, a tract failure or an unexpected error fails the op's test;
+refusing with a clear error is allowed. The floors guard the coverage reached per dtype
+(ops whose sample passes): raise them, never lower them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import opinfo_harness as H
+
+DTYPES = ("float16", "int64", "bool")
+MIN_OPS_PASSING = {"float16": 470, "int64": 392, "bool": 289}
+# float16 differences known and documented (README, "Half-precision models"): PyTorch rounds
+# grid_sample's coordinates and weights and conv_transpose3d's column sums in f16. Each entry
+# must still fail (one that passes is to be removed from here).
+F16_KNOWN_MISMATCH = {"nn.functional.conv_transpose3d", "nn.functional.grid_sample",
+                      "grid_sampler_2d"}
+
+CASES = [(d, op) for d in DTYPES for op in H.in_scope_ops(H.DTYPES[d][0])]
+RESULTS: dict[str, dict[str, H.OpOutcome]] = {d: {} for d in DTYPES}
+
+
+@pytest.fixture(scope="module")
+def worker():
+    from t2n.tract_runner import TractWorker
+
+    w = TractWorker()
+    yield w
+    w.close()
+
+
+@pytest.mark.parametrize("dtype,op", CASES, ids=[f"{d}-{H.op_key(o)}" for d, o in CASES])
+def test_opinfo_dtype_sample(dtype, op, worker):
+    outcome = H.run_op(op, worker, 1, dtype)
+    RESULTS[dtype][outcome.name] = outcome
+    bad = outcome.failing
+    if dtype == "float16" and outcome.name in F16_KNOWN_MISMATCH:
+        assert bad, f"{outcome.name} passes in float16 now: remove it from F16_KNOWN_MISMATCH"
+        return
+    assert not bad, f"{dtype} {outcome.name}: " + "; ".join(f"{s.status}: {s.detail}"
+                                                            for s in bad)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_opinfo_dtype_coverage_floor(dtype):
+    ran = RESULTS[dtype]
+    expected = sum(d == dtype for d, _ in CASES)
+    if len(ran) < expected:
+        pytest.skip("coverage is judged on a full run of the dtype's samples")
+    passing = sum(o.passes_one for o in ran.values())
+    print(f"\n{dtype}:\n" + H.summary_table(list(ran.values())))
+    assert passing >= MIN_OPS_PASSING[dtype], \
+        f"only {passing} {dtype} ops pass their sample (floor {MIN_OPS_PASSING[dtype]})"
