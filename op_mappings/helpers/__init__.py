@@ -9,7 +9,8 @@ the builder, the registry's types and other helpers (no cycles). A helper takes 
   careful ``log1p``/``expm1``, torch's ``sign``;
 - :mod:`.indexing`: element counts, dim sizes, flattening, index normalisation and range
   checks, slice bounds, the safe ``tract_core_scatter_elements``;
-- :mod:`.matrix`: batched matrix products and ``einsum``;
+- :mod:`.matrix`: batched matrix products and ``einsum`` (integer ones exact, element-wise);
+- :mod:`.integer`: exact integer powers, shifts, gcd/lcm and the fixed-count loop they use;
 - :mod:`.windows`: pooling window geometry;
 - :mod:`.normalization`: batch-norm statistics and per-channel affine;
 - :mod:`.recurrence`: the recurrent layers as ``tract_core_scan`` loops (``recurrent`` and
