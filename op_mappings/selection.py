@@ -23,8 +23,10 @@ def _nonzero_mask(g, x):
 
 @aten("nonzero", "argwhere")
 def nonzero(g, self):
-    if self.rank == 0:
-        raise g.error("nonzero of a 0-dim tensor is not supported")
+    if self.rank == 0:  # [1, 0] or [0, 0]: the rows of a 1-element vector, no columns
+        col = runtime_mask_positions(g, 0, _nonzero_mask(g, g.reshape(self, [1])))[0]
+        # (a gather of no columns: tract's optimiser fails on an empty slice here)
+        return g.gather(g.unsqueeze(col, [1]), g.const(torch.zeros(0, dtype=torch.int64)), 1)
     cols = runtime_mask_positions(g, 0, _nonzero_mask(g, self))
     return g.concat([g.unsqueeze(c, [1]) for c in cols], 1)
 
@@ -46,8 +48,8 @@ def nonzero_static(g, self, size, fill_value=-1):
     """The first ``size`` non-zero positions, padded with ``fill_value``: a static shape."""
     from op_mappings.helpers.indexing import flatten_all
 
-    if self.rank == 0:
-        raise g.error("nonzero_static of a 0-dim tensor is not supported")
+    if self.rank == 0:  # [size, 0]: no columns to fill
+        return g.broadcast_to(g.scalar(0, torch.int64), [size, 0])
     shape = self.static_shape()
     if shape is None:
         raise g.error("nonzero_static over a dynamic axis is not supported")
@@ -76,9 +78,10 @@ def nonzero_static(g, self, size, fill_value=-1):
 
 @aten("nonzero_numpy")
 def nonzero_numpy(g, self):
-    """``nonzero(as_tuple=True)``: one index tensor per axis."""
+    """``nonzero(as_tuple=True)``: one index tensor per axis (a 0-dim tensor is read as a
+    1-element vector, as PyTorch does)."""
     if self.rank == 0:
-        raise g.error("nonzero of a 0-dim tensor is not supported")
+        self = g.reshape(self, [1])
     return runtime_mask_positions(g, 0, _nonzero_mask(g, self))
 
 

@@ -68,6 +68,8 @@ def test_bool_ops():
                                                             stable=True),
         "cummax cummin": lambda x, i, s: (torch.cummax(x, 1), torch.cummin(x, 0)),
         "sum_to_size": lambda x, i, s: x.sum_to_size(1, 5),
+        "nonzero of 0-dim": lambda x, i, s: (torch.nonzero(x[1, 1]),
+                                             torch.nonzero_static(x[0, 1], size=2)),
     }
     for r in ("sum", "prod", "amax", "amin"):
         for inc in (True, False):
