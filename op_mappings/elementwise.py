@@ -76,7 +76,7 @@ def int_power(g, x, n: int):
     return g.reduce("tract_core_product_reduce", stacked, [0], keepdim=False)
 
 
-@aten("div", "divide", "true_divide")
+@aten("div")
 def div(g, self, other, rounding_mode=None):
     dtype = g.out_dtype()
     if rounding_mode is None:
