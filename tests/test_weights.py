@@ -231,3 +231,15 @@ def test_q4_0_convolution_filters(tmp_path):
     assert r.op_histogram.get("mul", 0) == 0 and "batch_normalization" not in r.op_histogram
     kept = {k["label"]: k["reason"] for k in r.extras["weights"]["kept"]}
     assert "rows of 27" in kept["stem.weight"] and "rows of 9" in kept["dw.weight"]
+
+
+def test_f32_tied_head_is_stored_once(tmp_path):
+    """The final layer norm's scale is not folded into the head tied to the embedding: that
+    would store a second, scaled copy of the table (GPT-2: 150 MB)."""
+    m = _model(TiedLM)
+    ids = torch.randint(0, 50, (1, 7))
+    path = tmp_path / "lm.nnef"
+    t2n.export(m, (ids,), path, check=True)
+    table = os.path.getsize(path / "wte.weight.dat")
+    tables = [p for p in os.listdir(path) if os.path.getsize(path / p) == table]
+    assert tables == ["wte.weight.dat"], tables

@@ -24,13 +24,12 @@ import torch
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
 from .rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector, const,
-                      derived, enabled, float64, compressing, read_elsewhere)
+                      derived, enabled, float64, read_elsewhere)
 
 
 def run(g: Graph, ctx) -> None:
     if may_fold_weights(ctx):
-        compressed = compressing(ctx)  # then a weight another use reads is left alone
-        rewrite_until_stable(g, lambda g, index, op: _fold_after(g, index, op, compressed))
+        rewrite_until_stable(g, _fold_after)
 
 
 PASS = GraphPass("fold_affine", run, options=("optimize",))
@@ -68,12 +67,12 @@ def _layer(op: Op):
     return None
 
 
-def _fold_after(g: Graph, index: Index, op: Op, compressed: bool = False) -> bool:
+def _fold_after(g: Graph, index: Index, op: Op) -> bool:
     layer = _layer(op)
     if layer is None:
         return False
     kind, w, axis, c, bias = layer
-    if compressed and read_elsewhere(g, index, w):
+    if read_elsewhere(g, index, w):
         return False
     y = op.outputs[0]
     if y.rank <= axis or y.shape[axis] != c:

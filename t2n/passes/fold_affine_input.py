@@ -13,10 +13,10 @@ a ``matmul`` with a constant weight contracting the last axis (a residual ``add`
 reader keeps the affine as it is), and the constants are finite. Each layer's bias add is
 updated in place, or added when the layer had none.
 
-With a compressed weight format (``weights="f16"``/``"q4_0"``) only scales fold, and only
-into weights nothing else reads: the shift's ``W @ b`` would be computed with the float
-weight, not with the rounded one tract multiplies by, and a scaled copy of a tied weight
-(GPT-2's head, tied to the embedding) could not be compressed.
+A weight something else also reads is never folded into (GPT-2's head is tied to the
+embedding: a scaled copy would store the table twice). With a compressed weight format
+(``weights="f16"``/``"q4_0"``) only scales fold: the shift's ``W @ b`` would be computed
+with the float weight, not with the rounded one tract multiplies by.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def _fold(g: Graph, index: Index, op: Op, compressed: bool) -> bool:
     layers = []
     for user, pos in readers:
         layer = _reader_layer(user, pos, result)
-        if layer is None or compressed and read_elsewhere(g, index, layer[0]):
+        if layer is None or read_elsewhere(g, index, layer[0]):
             return False
         layers.append((user, *layer))
     for user, w, tb in layers:

@@ -25,15 +25,14 @@ import torch
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
 from .rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector, derived,
-                      enabled, float64, scalar_const, compressing, read_elsewhere)
+                      enabled, float64, scalar_const, read_elsewhere)
 
 _LAYOUT = ("reshape", "transpose", "slice", "squeeze", "unsqueeze", "copy")
 
 
 def run(g: Graph, ctx) -> None:
     if may_fold_weights(ctx):
-        compressed = compressing(ctx)  # then a weight another use reads is left alone
-        rewrite_until_stable(g, lambda g, index, op: _fold(g, index, op, compressed))
+        rewrite_until_stable(g, _fold)
 
 
 PASS = GraphPass("fold_scale", run, options=("optimize",))
@@ -56,7 +55,7 @@ def _scale_of(index: Index, op: Op):
     return None
 
 
-def _fold(g: Graph, index: Index, op: Op, compressed: bool = False) -> bool:
+def _fold(g: Graph, index: Index, op: Op) -> bool:
     found = _scale_of(index, op)
     if found is None:
         return False
@@ -68,7 +67,7 @@ def _fold(g: Graph, index: Index, op: Op, compressed: bool = False) -> bool:
         if target is None:
             continue
         lin, channels = target
-        if compressed and read_elsewhere(g, index, lin.args[1]):
+        if read_elsewhere(g, index, lin.args[1]):
             continue
         _scale_rows(g, lin, channels, s)
         mm.outputs[0] = op.outputs[0]

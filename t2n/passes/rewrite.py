@@ -37,9 +37,10 @@ def compressing(ctx) -> bool:
 def read_elsewhere(g: Graph, index: "Index", w: Tensor) -> bool:
     """Whether the model weight behind ``w`` has another reader than one op: a second op
     reading ``w``, or another live variable over the same storage (a tied embedding and
-    head). Folding a factor into it would store a second, scaled copy of the weight, which
-    a compressed format cannot compress (the check's copy of the model holds one rounding
-    of each model weight): with a compressed format such weights are not folded."""
+    head). Folding a factor into it would store a second, scaled copy of the weight (GPT-2's
+    final layer norm scale folded into its tied head: 150 MB more), which a compressed
+    format could not compress either (the check's copy of the model holds one rounding of
+    each model weight): such weights are never folded."""
     if len(index.readers(w)) > 1 or w.value is None or not w.value.numel():
         return len(index.readers(w)) > 1
     ptr = w.value.untyped_storage().data_ptr()
