@@ -116,6 +116,34 @@ _UNLESS = {"convolution": lambda args: len(args) > 6 and bool(args[6]),
            "_convolution": lambda args: len(args) > 6 and bool(args[6])}
 
 
+# float16 ops whose PyTorch result is defined by its own step-by-step f16 rounding, which
+# t2n does not reproduce (measured on OpInfo samples: differences far beyond a few f16 ulps):
+# refused for half tensors rather than exported with other numbers. float32 is unaffected.
+_F16_REFUSED = {
+    "grid_sampler": "PyTorch rounds grid_sample's coordinates and weights in f16",
+    "grid_sampler_2d": "PyTorch rounds grid_sample's coordinates and weights in f16",
+    "grid_sampler_3d": "PyTorch rounds grid_sample's coordinates and weights in f16",
+    "conv_transpose3d": "PyTorch sums a 3-D transposed convolution's columns in f16",
+}
+
+
+def _transposed_3d(args) -> bool:
+    from .tensors import Tensor
+
+    return len(args) > 6 and bool(args[6]) and isinstance(args[1], Tensor) and args[1].rank == 5
+
+
+def f16_refusal(name: str, args) -> str | None:
+    """Why PyTorch's float16 result of this node cannot be reproduced, or None."""
+    if not _has_half(args):
+        return None
+    if name in _F16_REFUSED:
+        return _F16_REFUSED[name]
+    if name in ("convolution", "_convolution") and _transposed_3d(args):
+        return _F16_REFUSED["conv_transpose3d"]
+    return None
+
+
 def computes_in_f32(name: str, args=()) -> bool:
     """Whether PyTorch computes aten op ``name`` (or its in-place form) in float32 for
     float16 tensors (given the node's resolved arguments)."""
@@ -166,6 +194,10 @@ def _down(g, r, dtype):
 def call(g, name: str, fn, args: list):
     """``fn(g, *args)``, computed in float32 when the rule table says PyTorch does so for
     float16 arguments; the results are rounded back to float16 once."""
+    refused = f16_refusal(name, args)
+    if refused is not None:
+        raise g.error(f"float16 input: {refused}, a step-by-step rounding t2n does not "
+                      "reproduce; export the model in float32")
     node = g.node
     if node is None or not computes_in_f32(name, args):
         return fn(g, *args)

@@ -17,12 +17,6 @@ import opinfo_harness as H
 
 DTYPES = ("float16", "int64", "bool")
 MIN_OPS_PASSING = {"float16": 470, "int64": 394, "bool": 291}
-# float16 differences known and documented (README, "Half-precision models"): PyTorch rounds
-# grid_sample's coordinates and weights and conv_transpose3d's column sums in f16. Each entry
-# must still fail (one that passes is to be removed from here).
-F16_KNOWN_MISMATCH = {"nn.functional.conv_transpose3d", "nn.functional.grid_sample",
-                      "grid_sampler_2d"}
-
 CASES = [(d, op) for d in DTYPES for op in H.in_scope_ops(H.DTYPES[d][0])]
 RESULTS: dict[str, dict[str, H.OpOutcome]] = {d: {} for d in DTYPES}
 
@@ -41,9 +35,6 @@ def test_opinfo_dtype_sample(dtype, op, worker):
     outcome = H.run_op(op, worker, 1, dtype)
     RESULTS[dtype][outcome.name] = outcome
     bad = outcome.failing
-    if dtype == "float16" and outcome.name in F16_KNOWN_MISMATCH:
-        assert bad, f"{outcome.name} passes in float16 now: remove it from F16_KNOWN_MISMATCH"
-        return
     assert not bad, f"{dtype} {outcome.name}: " + "; ".join(f"{s.status}: {s.detail}"
                                                             for s in bad)
 

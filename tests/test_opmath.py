@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from t2n.api import export_graph
-from t2n.testing import assert_exports
+from t2n.testing import FunctionModule, assert_exports
 
 RTOL, ATOL = 1e-2, 1e-3  # a few f16 ulps
 
@@ -78,3 +78,20 @@ def test_half_graph_casts_each_input_once():
     g = export_graph(M(), (torch.randn(2, 8).half(),))
     ups = [op for op in g.ops if op.kind == "tract_core_cast" and op.attrs["to"] == "f32"]
     assert len(ups) == 1
+
+
+def test_half_ops_with_pytorch_specific_f16_rounding_are_refused():
+    """grid_sample and 3-D transposed convolutions round step by step in f16 in PyTorch: a
+    half export is refused naming the op (float32 exports of them are unaffected)."""
+    import pytest
+
+    from t2n.errors import T2NError
+
+    x, grid = torch.randn(1, 2, 4, 4).half(), (torch.rand(1, 3, 3, 2) * 2 - 1).half()
+    with pytest.raises(T2NError, match="(?s)grid_sampler.*float16 input"):
+        export_graph(FunctionModule(lambda a, b: F.grid_sample(a, b, align_corners=False)),
+                     (x, grid))
+    deconv = torch.nn.ConvTranspose3d(2, 2, 2).half()
+    with pytest.raises(T2NError, match="(?s)convolution.*float16 input"):
+        export_graph(deconv, (torch.randn(1, 2, 3, 3, 3).half(),))
+    assert export_graph(deconv.float(), (torch.randn(1, 2, 3, 3, 3),)) is not None
