@@ -26,7 +26,8 @@ from .errors import UsageError
 _FORMATS = {(0, 16): "f16", (0, 32): "f32", (0, 64): "f64", (5, 1): "bool", (5, 8): "bool"}
 _INT_NAMES = {1: "u", 2: "u", 3: "i", 4: "i"}
 _TRACT_VENDOR = 0x5452
-_TRACT_TYPES = {0x1000: "string", 0x2040: "q4_0", 0x3040: "q8_1", 0x3080: "q8_1"}
+# 0x2040 and 0x3040 are both Q4_0 (tract's own nibble order, GGML's); 0x3080 is Q8_1
+_TRACT_TYPES = {0x1000: "string", 0x2040: "q4_0", 0x3040: "q4_0", 0x3080: "q8_1"}
 
 _STATEMENT = re.compile(r"^\s*(\(?[\w\s,]+\)?)\s*=\s*([A-Za-z_][\w<>]*)\s*\(", re.M)
 _EXTERNAL = re.compile(r"^\s*(\w+)\s*=\s*(?:external<(\w+)>|tract_core_external)\s*\((.*)\)\s*;",

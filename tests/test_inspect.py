@@ -95,3 +95,11 @@ def test_inspect_refuses_what_is_not_an_archive(tmp_path, capsys):
     assert code == 2 and "not a folder, tar or tgz" in out.err
     code, out = run_cli(["inspect", str(tmp_path), "--set", "B=x"], capsys)
     assert code == 2
+
+
+def test_inspect_names_q4_0_weights(tmp_path):
+    lin = torch.nn.Linear(64, 8).eval()
+    path = str(tmp_path / "q.nnef")
+    t2n.export(lin, (torch.randn(2, 64),), path, weights="q4_0")
+    fmts = inspect_archive(path, macs=False).by_format()
+    assert fmts["q4_0"]["params"] == 64 * 8 and "q8_1" not in fmts, fmts
