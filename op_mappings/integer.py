@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import sympy
 import torch
 
 from op_mappings.helpers.elementwise import select
@@ -44,6 +43,8 @@ def lcm(g, self, other):
 def _runtime_arange(g, length, hint: str):
     """``[0, 1, ..., length - 1]`` for a rank-0 i64 tensor ``length`` computed from the
     data: its size is a fresh data-dependent symbol."""
+    import sympy  # loaded only when needed: a static export does not import sympy
+
     g._count_symbols = getattr(g, "_count_symbols", 0) + 1
     n = sympy.Symbol(f"{DATA_DEPENDENT_PREFIX}{hint}_{g._count_symbols}", integer=True,
                      nonnegative=True)

@@ -165,11 +165,12 @@ def test_einsum_f64_and_i32():
     check(lambda a, b: torch.einsum("ij,jk->ik", a, b), [a, b])
 
 
-def test_einsum_i64_refused():
-    a = torch.randint(0, 5, (3, 4))
-
-    with pytest.raises(UnsupportedOperatorsError, match="int64 operands"):
-        check(lambda a: torch.einsum("ij,jk->ik", a, a.t().contiguous()), [a])
+def test_einsum_i64_is_exact():
+    """Integer einsum: an element-wise product and one sum, exact with int64 wrap-around."""
+    a = torch.randint(-5, 5, (3, 4))
+    big = torch.full((2, 3), 2**40, dtype=torch.int64)
+    check(lambda a, big: (torch.einsum("ij,jk->ik", a, a.t().contiguous()),
+                          torch.einsum("ij,kj->ik", big, big)), [a, big])
 
 
 # ------------------------------------------------------------------ baddbmm
