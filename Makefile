@@ -24,12 +24,13 @@ demo: $(STAMP)
 		--input x:1x3x224x224:f32 --check
 
 # Two pytest workers (the CI machine has 2 cores; a test's tract runs happen in child
-# processes, so one worker alone leaves a core idle); each test file runs whole on one
-# worker, so a file's coverage-floor test sees all of that file's results.
+# processes, so one worker alone leaves a core idle). Tests are dealt out one by one, except
+# the OpInfo files (marked xdist_group): each runs whole on one worker, so its coverage
+# floor sees all of its results.
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 clean:
 	rm -rf $(VENV) out

@@ -10,6 +10,7 @@ package never touches another library's operator namespace."""
 
 import os
 import tracemalloc
+import zlib
 
 import pytest
 import torch
@@ -76,6 +77,31 @@ def _dat_files_read_back(monkeypatch):
 
     monkeypatch.setattr(writer, "write", write_and_read_back)
     yield
+
+
+# The capture fixture's export half runs in full for the modules that pin what export must
+# get right on its own (symbolic shapes, functionalised writes, whole models); in the
+# op-family modules below, whose export path is the same walker over the same mappings,
+# every third test (a fixed choice by test id) runs through export. T2N_ALL_CAPTURES=1
+# runs them all (the README's suite x capture table was measured so).
+EXPORT_SAMPLED_MODULES = {"test_attention", "test_embedding_bag", "test_pruning"}
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("T2N_ALL_CAPTURES"):
+        return
+    kept, dropped = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        module = getattr(item.module, "__name__", "")
+        if params.get("capture") == "export" and module in EXPORT_SAMPLED_MODULES \
+                and zlib.crc32(item.nodeid.encode()) % 3:
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(params=["trace", "export"])
