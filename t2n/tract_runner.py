@@ -12,6 +12,7 @@ message is on stderr); anything else (a negative code for a signal) is a crash.
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -101,6 +102,13 @@ class TractWorker:
         np.savez(inp, *[np.asarray(a) for a in inputs])
         self._proc.stdin.write(f"{os.path.abspath(archive)}\t{inp}\t{out}\n")
         self._proc.stdin.flush()
+        ready, _, _ = select.select([self._proc.stdout], [], [], self.timeout)
+        if not ready:  # a hung run: the next one gets a fresh child
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+            raise TractRunError(f"tract did not finish within {self.timeout:.0f} s",
+                                crashed=True)
         line = self._proc.stdout.readline()
         if not line:
             self._proc.wait()

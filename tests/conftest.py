@@ -121,6 +121,27 @@ def capture(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_tract_child_per_test_process():
+    """Every check of the suite (``export(check=True)``) runs tract in one long-lived child
+    per test process instead of a new interpreter per run (about 0.3 s of CPU each, most of
+    the suite's time otherwise); a crash or a hang still fails only the run that caused it,
+    and the next run starts a fresh child. ``t2n.tract_runner``'s own tests call
+    ``run_in_child`` directly and keep exercising the per-run child."""
+    from t2n import tract_runner
+
+    worker = tract_runner.TractWorker(timeout=600)
+    original = tract_runner.run_in_tract
+
+    def run_in_tract(archive, inputs, timeout=600):
+        return worker.run(archive, inputs)
+
+    tract_runner.run_in_tract = run_in_tract
+    yield
+    tract_runner.run_in_tract = original
+    worker.close()
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
