@@ -42,25 +42,9 @@ from bench import common
 VISION = 64
 
 
-def _declare_torchvision_schemas():
-    """torchvision's C++ extension does not load on this CPU torch; declaring the two schemas
-    it would register makes torchvision (and timm) importable (as tests/conftest.py does)."""
-    import torch
-
-    try:
-        torch._C._get_schema("torchvision::nms", "")
-        return
-    except RuntimeError:
-        pass
-    lib = torch.library.Library("torchvision", "DEF")
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _declare_torchvision_schemas.library = lib
-
-
 def _tv(name, **kw):
     def build():
-        _declare_torchvision_schemas()
+        common.declare_torchvision_schemas()
         import torch
         import torchvision.models as tvm
 
@@ -70,7 +54,7 @@ def _tv(name, **kw):
 
 def _timm(name, size=VISION, **kw):
     def build():
-        _declare_torchvision_schemas()
+        common.declare_torchvision_schemas()
         import timm
         import torch
 
@@ -84,7 +68,7 @@ def _timm(name, size=VISION, **kw):
 
 def _hf(kind):
     def build():
-        _declare_torchvision_schemas()  # transformers imports torchvision when installed
+        common.declare_torchvision_schemas()  # transformers imports torchvision when installed
         import torch
         import transformers as tf
 
