@@ -28,7 +28,7 @@ from .builder import Graph, NodeContext, Tensor, Unavailable
 from .errors import ConversionError, UnsupportedOperatorsError
 from .export_capture import PREFIX
 from .walker import (POISON, _NON_DETERMINISTIC, _T2N_DIR, _TORCH_DIR, _Unsupported, _flat,
-                     _is_number, _is_symbolic, _pruned_label)
+                     _is_number, _is_symbolic, _pruned_label, conform)
 
 # Python-level functions export records for size arithmetic
 _PY_FUNCS = {
@@ -270,17 +270,8 @@ class FxWalker:
         """The mapping's result with the dtype and shape export recorded for the node."""
         if not isinstance(r, Tensor) or not isinstance(val, torch.Tensor):
             return r
-        if r.dtype != self.g.computed(val.dtype):
-            r = self.g.cast(r, self.g.computed(val.dtype))
-        sizes = [self._sym(d) for d in val.shape]
-        if len(sizes) != r.rank:
-            raise ConversionError(name if "::" in name else f"aten::{name}",
-                                  f"internal: mapping produced rank {r.rank} where PyTorch "
-                                  f"has rank {len(sizes)}")
-        if r.literal is None and not r.is_const:
-            r.shape = tuple(s if isinstance(d, int) or _is_symbolic(s) else d
-                            for s, d in zip(sizes, r.shape))
-        return r
+        return conform(self.g, name if "::" in name else f"aten::{name}", r,
+                       self.g.computed(val.dtype), [self._sym(d) for d in val.shape])
 
     def _foldable(self, name: str, values: list) -> bool:
         if name in _NON_DETERMINISTIC:

@@ -418,17 +418,7 @@ class Walker:
         one, or with dynamic axes the symbolic one PyTorch's shape functions computed."""
         if not isinstance(r, Tensor):
             return r
-        dtype = self.g.computed(_ts_dtype(ts_out))
-        if dtype is not None and r.dtype != dtype:
-            r = self.g.cast(r, dtype)
-        if sizes is not None:
-            if len(sizes) != r.rank:
-                raise ConversionError(f"aten::{name}", f"internal: mapping produced rank {r.rank}"
-                                      f" where PyTorch has rank {len(sizes)}")
-            if r.literal is None and not r.is_const:
-                r.shape = tuple(s if isinstance(d, int) or _is_symbolic(s) else d
-                                for s, d in zip(sizes, r.shape))
-        return r
+        return conform(self.g, f"aten::{name}", r, self.g.computed(_ts_dtype(ts_out)), sizes)
 
     # ------------------------------------------------------------------ views and in-place
     def _register_view(self, node, name: str, args: list) -> None:
@@ -481,6 +471,22 @@ class Walker:
             self.g.node = node
         new_inner = self._write_back(inner, rest, value)
         return _scatter_view(self.g, name, base, new_inner, args)
+
+
+def conform(g: Graph, op: str, r: Tensor, dtype, sizes) -> Tensor:
+    """A mapping's result with the dtype (``None``: as it is) and sizes PyTorch recorded for
+    the node, shared by both captures: symbolic sizes replace the mapping's where PyTorch's
+    shape functions named a dynamic axis; a rank that differs is a bug in the mapping."""
+    if dtype is not None and r.dtype != dtype:
+        r = g.cast(r, dtype)
+    if sizes is not None:
+        if len(sizes) != r.rank:
+            raise ConversionError(op, f"internal: mapping produced rank {r.rank} where PyTorch "
+                                  f"has rank {len(sizes)}")
+        if r.literal is None and not r.is_const:
+            r.shape = tuple(s if isinstance(d, int) or _is_symbolic(s) else d
+                            for s, d in zip(sizes, r.shape))
+    return r
 
 
 def _pruned_label(name: str, labels: list[str]) -> str | None:

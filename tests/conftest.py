@@ -137,9 +137,16 @@ def _one_tract_child_per_test_process():
         return worker.run(archive, inputs)
 
     tract_runner.run_in_tract = run_in_tract
-    yield
+    yield worker
     tract_runner.run_in_tract = original
     worker.close()
+
+
+@pytest.fixture(scope="session")
+def tract_worker(_one_tract_child_per_test_process):
+    """The test process's tract child, for tests that run archives themselves (the OpInfo
+    sweeps)."""
+    return _one_tract_child_per_test_process
 
 
 @pytest.fixture(autouse=True)

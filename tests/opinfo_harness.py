@@ -281,6 +281,16 @@ def run_op(op, worker, max_samples: int = 4, dtype: str = "float32",
     return outcome
 
 
+def assert_sound(outcome: OpOutcome, results: dict, label: str = "") -> None:
+    """Record ``outcome`` in ``results`` (for the module's coverage floor) and fail on any
+    mismatch, tract failure or unexpected error among its samples; ``label`` says which
+    sweep (dtype, capture) the failure belongs to."""
+    results[outcome.name] = outcome
+    bad = outcome.failing
+    assert not bad, f"{label}{outcome.name}: " + "; ".join(f"{s.status}: {s.detail}"
+                                                          for s in bad)
+
+
 def summary_table(outcomes: list[OpOutcome]) -> str:
     scoped = [o for o in outcomes if o.in_scope]
     one = sum(o.passes_one for o in scoped)

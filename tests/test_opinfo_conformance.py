@@ -23,21 +23,9 @@ OPS = H.in_scope_ops()
 RESULTS: dict[str, H.OpOutcome] = {}
 
 
-@pytest.fixture(scope="module")
-def worker():
-    from t2n.tract_runner import TractWorker
-
-    w = TractWorker()
-    yield w
-    w.close()
-
-
 @pytest.mark.parametrize("op", OPS, ids=[H.op_key(o) for o in OPS])
-def test_opinfo_sample(op, worker):
-    outcome = H.run_op(op, worker, MAX_SAMPLES)
-    RESULTS[outcome.name] = outcome
-    bad = outcome.failing
-    assert not bad, f"{outcome.name}: " + "; ".join(f"{s.status}: {s.detail}" for s in bad)
+def test_opinfo_sample(op, tract_worker):
+    H.assert_sound(H.run_op(op, tract_worker, MAX_SAMPLES), RESULTS)
 
 
 def test_opinfo_coverage_floor():

@@ -21,22 +21,9 @@ CASES = [(d, op) for d in DTYPES for op in H.in_scope_ops(H.DTYPES[d][0])]
 RESULTS: dict[str, dict[str, H.OpOutcome]] = {d: {} for d in DTYPES}
 
 
-@pytest.fixture(scope="module")
-def worker():
-    from t2n.tract_runner import TractWorker
-
-    w = TractWorker()
-    yield w
-    w.close()
-
-
 @pytest.mark.parametrize("dtype,op", CASES, ids=[f"{d}-{H.op_key(o)}" for d, o in CASES])
-def test_opinfo_dtype_sample(dtype, op, worker):
-    outcome = H.run_op(op, worker, 1, dtype)
-    RESULTS[dtype][outcome.name] = outcome
-    bad = outcome.failing
-    assert not bad, f"{dtype} {outcome.name}: " + "; ".join(f"{s.status}: {s.detail}"
-                                                            for s in bad)
+def test_opinfo_dtype_sample(dtype, op, tract_worker):
+    H.assert_sound(H.run_op(op, tract_worker, 1, dtype), RESULTS[dtype], f"{dtype} ")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

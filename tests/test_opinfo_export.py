@@ -26,22 +26,10 @@ OPS = H.in_scope_ops()[::STRIDE]
 RESULTS: dict[str, H.OpOutcome] = {}
 
 
-@pytest.fixture(scope="module")
-def worker():
-    from t2n.tract_runner import TractWorker
-
-    w = TractWorker()
-    yield w
-    w.close()
-
-
 @pytest.mark.parametrize("op", OPS, ids=[H.op_key(o) for o in OPS])
-def test_opinfo_sample_through_export(op, worker):
-    outcome = H.run_op(op, worker, 1, capture="export")
-    RESULTS[outcome.name] = outcome
-    bad = outcome.failing
-    assert not bad, f"{outcome.name} (capture=export): " + "; ".join(
-        f"{s.status}: {s.detail}" for s in bad)
+def test_opinfo_sample_through_export(op, tract_worker):
+    H.assert_sound(H.run_op(op, tract_worker, 1, capture="export"), RESULTS,
+                   "capture=export: ")
 
 
 def test_opinfo_export_coverage_floor():
