@@ -30,22 +30,7 @@ import shutil
 import tempfile
 import time
 
-
-def _declare_torchvision_schemas():
-    """transformers imports torchvision when it is installed; the registry's torchvision
-    wheel fails to import on a CPU torch unless its two operator schemas exist (the same
-    declaration as tests/conftest.py; kept out of the t2n package)."""
-    import torch
-
-    try:
-        torch._C._get_schema("torchvision::nms", "")
-        return None
-    except RuntimeError:
-        pass
-    lib = torch.library.Library("torchvision", "DEF")
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    return lib
+from bench import common
 
 
 def build_llama(layers: int):
@@ -154,7 +139,7 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     if a.child_onnx:
         return _child_onnx(*a.child_onnx)
-    _lib = _declare_torchvision_schemas()  # noqa: F841 (kept alive for the imports)
+    common.declare_torchvision_schemas()
     import torch
 
     from t2n.llm import default_prompt, export_llm

@@ -35,44 +35,18 @@ from bench import common
 FORMATS = ("f32", "f16", "q4_0")
 
 
-def _declare_torchvision_schemas():
-    """The registry's torchvision wheel needs its two operator schemas on the CPU torch
-    (same as tests/conftest.py); transformers imports torchvision when it is installed."""
-    import torch
-
-    try:
-        torch._C._get_schema("torchvision::nms", "")
-        return None
-    except RuntimeError:
-        pass
-    lib = torch.library.Library("torchvision", "DEF")
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    return lib
-
-
-_LIB = None
-
-
 def resnet50():
     """torchvision ResNet-50 (25.6 M parameters), random weights, 1x3x224x224."""
     import torch
 
-    global _LIB
-    _LIB = _declare_torchvision_schemas()
+    common.declare_torchvision_schemas()
     from torchvision.models import resnet50 as make
 
     torch.manual_seed(0)
     return make(weights=None).eval(), (torch.randn(1, 3, 224, 224),)
 
 
-def gpt2():
-    global _LIB
-    _LIB = _declare_torchvision_schemas()
-    return common.gpt2()
-
-
-MODELS = {"gpt2": gpt2, "resnet50": resnet50}
+MODELS = {"gpt2": common.gpt2, "resnet50": resnet50}
 
 
 def _int8(name: str, args):
