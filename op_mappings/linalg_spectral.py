@@ -2,21 +2,9 @@
 built on them: eigvalsh, svdvals, the spectral and nuclear norms, cond, matrix_rank, pinv,
 lstsq.
 
-tract has no eigen solver, so the Jacobi method is unrolled: a fixed number of cyclic sweeps
-(``sweeps(n)``) of plane rotations in the parallel "round-robin" order, where each step
-rotates ``n // 2`` disjoint index pairs at once with one rotation matrix ``J`` built from
-whole vectors. The op count is ``O(sweeps * n)``, independent of the batch (any leading
-axes, even symbolic) and of the data. Arithmetic is float64 (inputs are cast up, results
-cast back), and the matrix is first divided by its largest ``|entry|`` so that squares
-neither overflow nor underflow.
-
-* Symmetric eigenvalues: two-sided Jacobi, ``A <- J^T A J``; the rotated pair entries are
-  set to exactly 0 after each step (the matmul leaves ``eps * |A|`` there otherwise, a floor
-  that stops the quadratic convergence).
-* Singular values: one-sided Jacobi (Hestenes) on the columns (``A^T`` when it has more
-  columns than rows), ``B <- B J``, the singular values being the final column norms, after
-  a QR-of-QR preconditioning (``svd_sweeps``) that halves the sweeps. Small singular values
-  keep an accuracy of ``eps * |A|`` that eigenvalues of ``A^T A`` (``sqrt(eps) * |A|``) lose.
+tract has no eigen solver: the values come from the unrolled Jacobi kernels of
+``op_mappings/helpers/spectral.py`` (its docstring says how), whose op count depends on the
+matrix size only, never on the batch or the data.
 
 Singular vectors and eigenvectors are refused: their signs (and, for repeated values, the
 basis) are chosen by LAPACK's implementation, which another algorithm does not reproduce.

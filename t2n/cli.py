@@ -234,17 +234,7 @@ def run_export(module, args, output, *, quiet=False, as_json=False, **kwargs):
 
     if quiet:  # silences the progress bar too
         kwargs["quiet"] = True
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            result = export(module, args, output, **kwargs)
-            failure = None
-        except CheckFailedError as e:
-            if e.report is None:
-                raise
-            result, failure = e.report, e
-    for w in _dedup(caught):
-        _err(f"t2n: warning: {str(w.message).strip().splitlines()[0]}")
+    result, failure = _run_reporting_warnings(lambda: export(module, args, output, **kwargs))
     if as_json:
         click.echo(json.dumps(result_dict(result), indent=2))
     elif not quiet or failure is not None:
@@ -253,6 +243,22 @@ def run_export(module, args, output, *, quiet=False, as_json=False, **kwargs):
         _err("t2n: check failed: tract's outputs differ from PyTorch's (see the report above)")
         return None
     return result
+
+
+def _run_reporting_warnings(run):
+    """``run()``'s result and None, or a failed check's report and its error; the warnings
+    raised meanwhile are printed once each as ``t2n: warning:`` lines."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result, failure = run(), None
+        except CheckFailedError as e:
+            if e.report is None:
+                raise
+            result, failure = e.report, e
+    for w in _dedup(caught):
+        _err(f"t2n: warning: {str(w.message).strip().splitlines()[0]}")
+    return result, failure
 
 
 def _dedup(caught):
@@ -332,18 +338,9 @@ def llm_cmd(model, output, weights, check, max_length, prompt, quiet, as_json):
             ids = [int(t) for t in prompt.split(",") if t.strip()]
         except ValueError:
             raise UsageError(f"--prompt {prompt!r}: give comma-separated token ids") from None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            result, failure = llm.export_llm(
-                model, output, weights=weights, check=check, max_new_tokens=max_length,
-                prompt=ids, quiet=quiet), None
-        except CheckFailedError as e:
-            if e.report is None:
-                raise
-            result, failure = e.report, e
-    for w in _dedup(caught):
-        _err(f"t2n: warning: {str(w.message).strip().splitlines()[0]}")
+    result, failure = _run_reporting_warnings(lambda: llm.export_llm(
+        model, output, weights=weights, check=check, max_new_tokens=max_length, prompt=ids,
+        quiet=quiet))
     if as_json:
         click.echo(json.dumps(dict(result_dict(result.export), llm=result.llm_dict()),
                               indent=2))

@@ -21,7 +21,7 @@ from . import dtypes
 from .builder import Graph, Tensor, Variable, format_dim, format_value
 from .errors import UsageError
 from .gzstream import GzipStream
-from .loops import render_fragments
+from .loops import op_line, render_fragments
 from .targets import TRACT, Target
 
 GRAPH_NAME = "network"
@@ -55,7 +55,7 @@ def render_graph(g: Graph, target: Target = TRACT) -> str:
             lines.append(f"  {v.tensor.name} = reshape({aliases[id(v.tensor)].tensor.name}, "
                          f"shape = [{shape}]);")
     for op in ops:
-        lines.append("  " + _op_line(op) + ";")
+        lines.append("  " + op_line(op) + ";")
     for name, t in zip(g.output_names, g.outputs):
         if t.name != name:
             lines.append(f"  {name} = copy({format_value(t)});")
@@ -155,15 +155,6 @@ def _nnef_type(dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return "logical"
     return "integer"
-
-
-def _op_line(op) -> str:
-    args = [format_value(a) for a in op.args]
-    args += [f"{k} = {format_value(v)}" for k, v in op.attrs.items()]
-    call = f"{op.kind}({', '.join(args)})"
-    if len(op.outputs) == 1:
-        return f"{op.outputs[0].name} = {call}"
-    return f"({', '.join(o.name for o in op.outputs)}) = {call}"
 
 
 # ---------------------------------------------------------------------------- .dat
