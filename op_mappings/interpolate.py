@@ -25,47 +25,110 @@ def _scale(in_n, out_n, scale_factor, align_corners, linear):
     return in_n / out_n
 
 
-def _taps(mode, in_n, out_n, scale_factor, align_corners):
-    """[(index array [out_n], weight array [out_n] or None)] for one axis."""
-    dst = np.arange(out_n, dtype=np.float64)
-    if mode in ("nearest", "nearest-exact"):
-        s = np.float32(_scale(in_n, out_n, scale_factor, False, False))
-        off = 0.5 if mode == "nearest-exact" else 0.0
-        src = np.floor((dst.astype(np.float32) + np.float32(off)) * s).astype(np.int64)
-        return [(np.minimum(src, in_n - 1), None)]
-    s = np.float32(_scale(in_n, out_n, scale_factor, align_corners, True))
-    d32 = dst.astype(np.float32)
-    if align_corners:
-        src = s * d32
-    else:
-        src = s * (d32 + np.float32(0.5)) - np.float32(0.5)
-        if mode != "cubic":
-            src = np.maximum(src, np.float32(0.0))
-    if mode == "linear":
-        i0 = np.floor(src).astype(np.int64)
-        i0 = np.minimum(i0, in_n - 1)
-        lam = (src - i0.astype(np.float32)).astype(np.float32)
-        i1 = np.minimum(i0 + 1, in_n - 1)
-        return [(i0, (np.float32(1.0) - lam)), (i1, lam)]
-    # cubic convolution, A = -0.75, indices clamped to the border
-    i = np.floor(src).astype(np.int64)
-    t = (src - i.astype(np.float32)).astype(np.float64)
-    a = -0.75
+def _nearest(mode, in_n, out_n, scale_factor, special_sizes):
+    dst = np.arange(out_n, dtype=np.int64)
+    special_sizes = special_sizes and mode == "nearest"
+    if special_sizes and out_n == in_n:  # PyTorch's nearest_idx: a copy
+        return dst
+    if special_sizes and out_n == 2 * in_n:  # ... and a shift
+        return dst >> 1
+    s = np.float32(_scale(in_n, out_n, scale_factor, False, False))
+    off = 0.5 if mode == "nearest-exact" else 0.0
+    src = np.floor((dst.astype(np.float32) + np.float32(off)) * s).astype(np.int64)
+    return np.minimum(src, in_n - 1)
+
+
+def _cubic_coefficients(t):
+    """PyTorch's cubic convolution weights (A = -0.75) of the 4 taps, in float32 as its
+    kernel computes them."""
+    f = np.float32
+    a = f(-0.75)
 
     def near(x):  # |x| <= 1
-        return ((a + 2) * x - (a + 3)) * x * x + 1
+        return ((a + f(2)) * x - (a + f(3))) * x * x + f(1)
 
     def far(x):  # 1 < |x| < 2
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+        return ((a * x - f(5) * a) * x + f(8) * a) * x - f(4) * a
 
-    ws = [far(t + 1), near(t), near(1 - t), far(2 - t)]
-    return [(np.clip(i + k - 1, 0, in_n - 1), w.astype(np.float32)) for k, w in enumerate(ws)]
+    return [far(t + f(1)), near(t), near(f(1) - t), far(f(2) - t)]
+
+
+def _taps(mode, in_n, out_n, scale_factor, align_corners, special_sizes=False,
+          weights_dtype=None):
+    """[(index array [out_n], weight array [out_n] or None)] for one axis, as PyTorch's
+    CPU kernels compute them: float32 coordinates, the index clamped to the input and the
+    fraction to [0, 1]. ``special_sizes``: the nearest index of PyTorch's channels-last
+    kernel (a copy for equal sizes, a shift for twice the size). ``weights_dtype``
+    (float16): each weight rounded as PyTorch's generic kernel stores it, linear's second
+    weight ``1 - lambda`` taken of the rounded first; the result is float32 either way."""
+    if mode in ("nearest", "nearest-exact"):
+        return [(_nearest(mode, in_n, out_n, scale_factor, special_sizes), None)]
+    f = np.float32
+    d32 = np.arange(out_n, dtype=f)
+    if mode == "linear" and in_n == out_n:
+        # PyTorch copies (lambda = 0 on the same index: an inf input still gives NaN)
+        i0, lam = np.arange(out_n, dtype=np.int64), np.zeros(out_n, f)
+        i1 = i0
+    else:
+        s = f(_scale(in_n, out_n, scale_factor, align_corners, True))
+        src = s * d32 if align_corners else s * (d32 + f(0.5)) - f(0.5)
+        if mode == "linear":
+            src = np.maximum(src, f(0.0))
+        i0 = np.minimum(np.floor(src).astype(np.int64), in_n - 1)
+        lam = np.clip(src - i0.astype(f), f(0.0), f(1.0)).astype(f)
+        i1 = np.minimum(i0 + 1, in_n - 1)
+    if mode == "linear":
+        if weights_dtype is not None:
+            lam1 = _stored(lam, weights_dtype)
+            return [(i0, _stored(f(1.0) - lam1, weights_dtype)), (i1, lam1)]
+        return [(i0, f(1.0) - lam), (i1, lam)]
+    ws = _cubic_coefficients(lam)
+    if weights_dtype is not None:
+        ws = [_stored(w, weights_dtype) for w in ws]
+    return [(np.clip(i0 + k - 1, 0, in_n - 1), w.astype(f)) for k, w in enumerate(ws)]
+
+
+def _stored(w, dtype):
+    """float32 weights rounded to ``dtype`` (as PyTorch stores them), back in float32."""
+    return torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)).to(dtype).float().numpy()
+
+
+def _channels_last_contiguous(sizes, strides) -> bool:
+    """``Tensor.is_contiguous(memory_format=channels_last[_3d])`` from traced strides."""
+    if strides is None or len(strides) != len(sizes):
+        return False
+    expected = 1
+    for d in [1] + list(range(len(sizes) - 1, 1, -1)) + [0]:
+        if sizes[d] != 1:
+            if strides[d] != expected:
+                return False
+            expected *= sizes[d]
+    return True
+
+
+def channels_last_kernel(g, x, mode, out_sizes) -> bool:
+    """Whether PyTorch's CPU upsampling runs its channels-last kernel on this node (float
+    weights; nearest's special sizes) rather than its generic one. Nearest and linear 2-D and
+    3-D resampling do, for 2-D outputs whose height + width is at most 128 and for a
+    channels-last input with more than 3 channels; 1-D and cubic resampling never do.
+    PyTorch also takes it for 3-channel 2-D bilinear when it runs on one thread; t2n
+    reproduces the multi-threaded choice."""
+    if mode == "cubic" or x.rank not in (4, 5) or len(out_sizes) != x.rank - 2:
+        return False
+    strides = g.node.in_strides[0] if g.node is not None and g.node.in_strides else None
+    if isinstance(x.shape[1], int) and x.shape[1] > 3 and all(
+            isinstance(n, int) for n in x.shape) and _channels_last_contiguous(x.shape, strides):
+        return True
+    return x.rank == 4 and all(isinstance(n, int) for n in out_sizes) and \
+        out_sizes[0] + out_sizes[1] <= 128
 
 
 def resample(g, x, mode, out_sizes, scale_factors, align_corners):
     n_sp = len(out_sizes)
     y = x
     d = x.dtype
+    fast = channels_last_kernel(g, x, mode, out_sizes)
+    weights_dtype = None if fast or g.node is None else g.node.weights_dtype
     for k in range(n_sp):
         axis = x.rank - n_sp + k
         in_n = y.shape[axis]
@@ -80,7 +143,8 @@ def resample(g, x, mode, out_sizes, scale_factors, align_corners):
             y = g.repeat_each(y, axis, r)  # nearest by r: each input r times
             continue
         sf = scale_factors[k] if scale_factors else None
-        taps = _taps(mode, in_n, out_n, sf, align_corners)
+        taps = _taps(mode, in_n, out_n, sf, align_corners, special_sizes=fast,
+                     weights_dtype=weights_dtype)
         acc = None
         for idx, w in taps:
             part = g.gather(y, g.const(torch.from_numpy(idx)), axis)

@@ -49,6 +49,10 @@ class NodeContext:
     out_shapes: list = field(default_factory=list)
     where: str | None = None
     in_strides: list = field(default_factory=list)  # traced strides of tensor inputs (or None)
+    # the dtype PyTorch's kernel stores the node's computed weights in when it computes in
+    # a wider one (float16 interpolation weights of a half node computed in float32; set by
+    # t2n.opmath), else None
+    weights_dtype: object = None
 
 
 class Graph:

@@ -18,7 +18,9 @@ float16: ``prod`` multiplies half values (it overflows where an f32 product woul
 the trapezoid rules) round after each of their aten steps, ``logit`` and ``xlogy`` round
 their intermediate, and ``conv_transpose`` accumulates its im2col columns in f16.
 Mappings of ops whose PyTorch steps matter in f16 follow those steps themselves
-(``addr``, ``bilinear``, ``addbmm`` in op_mappings/products.py).
+(``addr``, ``bilinear``, ``addbmm`` in op_mappings/products.py). Ops in
+:data:`_HALF_WEIGHTS` compute in float32 but PyTorch stores their computed weights as
+float16: :func:`call` says so in ``g.node.weights_dtype`` and the mapping rounds them.
 
 Each rule was checked against torch 2.13's CPU kernels by comparing the f16 result with the
 float32 result rounded once (``tools/opmath_probe.py`` prints the table of those checks).
@@ -105,6 +107,14 @@ _LOSSES = {
     "multilabel_margin_loss", "margin_ranking_loss", "hinge_embedding_loss",
     "triplet_margin_loss",
 }
+
+# --- resampling whose weights PyTorch stores as Half: the generic CPU upsample kernel
+# computes each axis's tap weights in float, keeps them in a tensor of the input's dtype
+# (``float16``: one rounding per weight; linear's second weight is ``1 - lambda`` taken of the
+# rounded first), then sums the taps in float. Its channels-last kernel, which 2-D bilinear
+# uses for small outputs (see op_mappings/interpolate.py), keeps float weights.
+_HALF_WEIGHTS = {"upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d",
+                 "upsample_bicubic2d"}
 
 F32_OPS = frozenset(_REDUCTIONS | _NORMS | _SOFTMAX | _PRODUCTS | _RESAMPLING | _DISTANCES
                     | _FORMULAS | _LOSSES)
@@ -204,7 +214,9 @@ def call(g, name: str, fn, args: list):
     outs = list(node.out_dtypes)
     if not (_has_half(args) or HALF in outs):
         return fn(g, *args)
-    g.node = dataclasses.replace(node, out_dtypes=[OPMATH if d == HALF else d for d in outs])
+    base = name[:-1] if name.endswith("_") else name
+    g.node = dataclasses.replace(node, out_dtypes=[OPMATH if d == HALF else d for d in outs],
+                                 weights_dtype=HALF if base in _HALF_WEIGHTS else None)
     try:
         result = fn(g, *[_up(g, a) for a in args])
     finally:

@@ -105,12 +105,24 @@ def test_products():
 
 
 def test_interpolation_modes():
+    """Also PyTorch's special sizes: its channels-last kernel (2-D outputs of height + width
+    <= 128, channels-last inputs of > 3 channels) reads nearest indices as a copy or a shift
+    for 1x and 2x sizes whatever the scale_factor, and linear modes copy an axis whose size
+    stays the same."""
+    F = torch.nn.functional
     x = torch.randn(1, 2, 5, 7)
-    assert_exports(Fn(lambda x: (
-        torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest"),
-        torch.nn.functional.interpolate(x, size=(3, 11), mode="bilinear", align_corners=True),
-        torch.nn.functional.interpolate(x, size=(9, 4), mode="bicubic", align_corners=False),
-        torch.nn.functional.interpolate(x, scale_factor=1.7, mode="nearest-exact"))), (x,))
+    v = torch.randn(1, 4, 3, 5, 7).contiguous(memory_format=torch.channels_last_3d)
+    assert_exports(Fn(lambda x, v: (
+        F.interpolate(x, scale_factor=2, mode="nearest"),
+        F.interpolate(x, size=(3, 11), mode="bilinear", align_corners=True),
+        F.interpolate(x, size=(9, 4), mode="bicubic", align_corners=False),
+        F.interpolate(x, scale_factor=1.7, mode="nearest-exact"),
+        F.interpolate(x, scale_factor=2.1, mode="nearest", recompute_scale_factor=False),
+        F.interpolate(x, scale_factor=1.1, mode="bilinear", recompute_scale_factor=False),
+        F.interpolate(v, scale_factor=(1.2, 2.1, 1.1), mode="nearest",
+                      recompute_scale_factor=False),
+        F.interpolate(v, scale_factor=1.1, mode="trilinear", recompute_scale_factor=False))),
+        (x, v))
 
 
 def test_losses_with_reductions():

@@ -61,6 +61,24 @@ def test_half_stepwise_ops_round_as_pytorch():
     assert_exports(m, (p, s, v1, v2, a, b), rtol=RTOL, atol=ATOL)
 
 
+def test_half_interpolation_rounds_its_weights_as_pytorch():
+    """PyTorch's generic upsampling kernel (linear 1-D, trilinear, bicubic, bilinear to
+    outputs of height + width > 128) stores its f16 tap weights as Half and sums in float; its
+    channels-last kernel (small bilinear outputs) keeps float weights. Large mixed-sign values
+    make a weight's f16 rounding show beyond a few ulps."""
+    torch.manual_seed(0)
+    h = torch.float16
+    img, vol, seq = (torch.randn(1, 2, 9, 11) * 30).to(h), \
+        (torch.randn(1, 3, 3, 4, 5) * 30).to(h), (torch.randn(2, 3, 11) * 30).to(h)
+    assert_exports(FunctionModule(lambda img, vol, seq: (
+        F.interpolate(img, size=(70, 75), mode="bilinear"),
+        F.interpolate(img, size=(17, 13), mode="bilinear", align_corners=True),
+        F.interpolate(img, scale_factor=2.3, mode="bicubic", align_corners=True),
+        F.interpolate(img, size=(70, 75), mode="bicubic"),
+        F.interpolate(vol, size=(7, 9, 10), mode="trilinear"),
+        F.interpolate(seq, size=37, mode="linear"))), (img, vol, seq), rtol=RTOL, atol=ATOL)
+
+
 def test_float32_graphs_get_no_casts():
     """The rules only touch f16 nodes: an f32 model's graph has no tract_core_cast."""
     torch.manual_seed(0)
