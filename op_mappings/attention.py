@@ -14,6 +14,7 @@ import math
 import torch
 
 from op_mappings.helpers.matrix import einsum_op
+from op_mappings.helpers.ordering import stable_topk
 from t2n.registry import aten
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -244,41 +245,14 @@ def rms_norm(g, input, normalized_shape, weight=None, eps=None):
 
 
 # ---------------------------------------------------------------------------- topk, sort
-_SORTABLE = (torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
-             torch.int64, torch.uint8)
-
-
-def _topk(g, self, k, axis, largest):
-    if self.dtype == torch.bool:  # tract sorts numbers: sort 0/1 and cast the values back
-        v, i = _topk(g, g.cast(self, torch.uint8), k, axis, largest)
-        return g.cast(v, torch.bool), i
-    if self.dtype not in _SORTABLE:
-        raise g.error(f"self: dtype {self.dtype} cannot be sorted by tract_core_topk")
-    shape = list(self.shape)
-    shape[axis] = k
-    if isinstance(k, int):
-        return g.op("tract_core_topk", self, k=k, axis=axis, largest=bool(largest),
-                    outputs=2, out_dtypes=[self.dtype, torch.int64],
-                    out_shapes=[shape, shape])
-    # a symbolic k goes in as a run-time scalar (tract evaluates a symbolic literal without
-    # the symbols), and tract then sizes the outputs by a fresh symbol of its own: a full
-    # dyn_slice (0..k) names that axis k again, so the result meets tensors sized k (the
-    # sorted batch of pack_padded_sequence meets its hidden states)
-    n = g.dim_scalar(k)
-    outs = g.op("tract_core_topk", self, k=n, axis=axis, largest=bool(largest), outputs=2,
-                out_dtypes=[self.dtype, torch.int64], out_shapes=[shape, shape])
-    zero = g.scalar(0, torch.int64)
-    return tuple(g.op("tract_core_dyn_slice", o, zero, n, len=k, axis=axis, out_shape=shape,
-                      out_dtype=o.dtype) for o in outs)
-
-
 @aten("topk")
 def topk(g, self, k, dim=-1, largest=True, sorted=True):
     """Values and indices of the ``k`` largest (smallest) entries, in sorted order (tract
-    always sorts; ``sorted=False`` leaves the order unspecified in PyTorch)."""
+    always sorts; ``sorted=False`` leaves the order unspecified in PyTorch), NaN as the
+    largest value, equal values by position (see :mod:`op_mappings.helpers.ordering`)."""
     if self.rank == 0:
         return self, g.scalar(0, torch.int64)
-    return _topk(g, self, k, dim % self.rank, largest)
+    return stable_topk(g, self, k, dim % self.rank, largest)
 
 
 def _sort_args(rest):
@@ -293,13 +267,14 @@ def _sort_args(rest):
 
 @aten("sort")
 def sort(g, self, *rest):
-    """A full-length ``tract_core_topk``; ties keep their original order (as a stable
-    sort does)."""
+    """A full-length stable topk: PyTorch's ``stable=True`` order (NaN last ascending, first
+    descending; equal values by position), which is also its ``stable=False`` order up to
+    16 elements (see the README on longer ones)."""
     dim, descending = _sort_args(rest)
     if self.rank == 0:
         return self, g.scalar(0, torch.int64)
     axis = dim % self.rank
-    return _topk(g, self, self.shape[axis], axis, descending)
+    return stable_topk(g, self, self.shape[axis], axis, descending)
 
 
 @aten("argsort")

@@ -83,12 +83,13 @@ def _cum_extreme(g, self, dim, largest):
     hit = g.binary("and", hit, seen, torch.bool)
     cand = select(g, hit, pos, -1, torch.int64)
     if d.is_floating_point:
-        # after a NaN, the index stays at the first NaN
-        first_nan = select(g, is_nan(g, w), pos, n, torch.int64)
-        first_nan = g.reduce("min_reduce", first_nan, [axis + 1], keepdim=True)
+        # once a NaN is seen the value stays NaN, and each later NaN takes the index (the
+        # kernel's test is `isnan(x) || x >= running`): the index is the last NaN so far
+        last_nan = select(g, is_nan(g, w), pos, -1, torch.int64)
+        last_nan = g.reduce("max_reduce", last_nan, [axis + 1], keepdim=True)
         idx = g.reduce("max_reduce", cand, [axis + 1], keepdim=True)
-        idx = select(g, g.binary("lt", first_nan, n, torch.int64, out_dtype=torch.bool),
-                     first_nan, idx)
+        idx = select(g, g.binary("ge", last_nan, 0, torch.int64, out_dtype=torch.bool),
+                     last_nan, idx)
     else:
         idx = g.reduce("max_reduce", cand, [axis + 1], keepdim=True)
     values = g.squeeze(values, [axis + 1])

@@ -1,7 +1,7 @@
 """Order statistics on top of the sort/topk mappings: msort, kthvalue, median, quantile.
 
-Values come from ``topk`` (tract sorts stably); NaN handling follows PyTorch where it is
-cheap (median/quantile propagate NaN), otherwise the op refuses.
+Values come from ``topk`` in PyTorch's stable order (NaN above every number, equal values
+by position; :mod:`op_mappings.helpers.ordering`); median/quantile propagate NaN.
 """
 
 from __future__ import annotations
@@ -52,18 +52,12 @@ def _nan_first(g, x, values, axis, keepdim):
 
 @aten("kthvalue")
 def kthvalue(g, self, k, dim=-1, keepdim=False):
+    """The k-th smallest in the stable order (NaN above every number, so a k past the
+    slice's numbers gives NaN, as PyTorch's quickselect does)."""
     if self.rank == 0:
         return self, g.scalar(0, torch.int64)
     axis = dim % self.rank
     _static_axis(g, self, axis, "kthvalue")
-    if self.dtype.is_floating_point:
-        nanx = is_nan(g, self)
-        x = select(g, nanx, float("inf"), self, self.dtype)
-        v, i = _kth(g, x, k, axis, keepdim)
-        n_valid = g.reduce("sum_reduce", g.cast(g.unary("not", nanx), torch.int64), [axis],
-                           keepdim=keepdim)
-        beyond = g.binary("lt", n_valid, k, torch.int64, out_dtype=torch.bool)
-        return select(g, beyond, float("nan"), v, v.dtype), i
     return _kth(g, self, k, axis, keepdim)
 
 
@@ -169,8 +163,9 @@ def _quantile(g, self, q, dim, keepdim, interpolation):
 
 @aten("nanmedian")
 def nanmedian(g, self, dim=None, keepdim=False):
-    """Median of the non-NaN values: NaNs sort last (as +inf), the lower median is picked
-    per slice at the runtime position (count - 1) // 2."""
+    """Median of the non-NaN values: NaNs sort last, the lower median is picked per slice at
+    the runtime position (count - 1) // 2 of the stable order (PyTorch's nth_element
+    breaks ties by position: the same index)."""
     if not self.dtype.is_floating_point:
         return median(g, self, dim, keepdim)
     x = self
@@ -186,8 +181,7 @@ def nanmedian(g, self, dim=None, keepdim=False):
     if n == 0:
         raise g.error("nanmedian of an empty axis")
     nan = is_nan(g, x)
-    filled = select(g, nan, float("inf"), x, x.dtype)
-    sorted_v, sorted_i = _topk(g, filled, n, axis, False)
+    sorted_v, sorted_i = _topk(g, x, n, axis, False)  # NaNs last, numbers by position
     count = g.reduce("sum_reduce", g.cast(g.unary("not", nan), torch.int64), [axis], True)
     pos = g.binary("div", g.binary("max", g.binary("sub", count, 1, torch.int64), 0,
                                    torch.int64), 2, torch.int64)
