@@ -26,6 +26,8 @@ from itertools import islice
 
 import torch
 
+from tie_order import equivalent_tie_indices
+
 RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "cauchy",
                 "exponential", "geometric", "log_normal", "uniform", "randperm", "poisson")
 # ops whose result is not a function of their inputs' values
@@ -185,46 +187,6 @@ def build_case(op, sample):
     return module, tensors
 
 
-# ops whose index output PyTorch leaves unspecified on ties -> (index output, dim position
-# in args, whether a keepdim=False result drops dim). torch.topk/kthvalue document no tie
-# order, and torch.sort/argsort guarantee one only with stable=True: their CPU kernels order
-# ties as libstdc++'s introselect / introsort happen to leave them (stable up to 16
-# elements, not beyond), while tract sorts stably. For these, indices that differ from
-# PyTorch's only among equal values are right; everything else compares exactly.
-TIE_UNSPECIFIED = {"topk": (1, 1), "kthvalue": (1, 1), "sort": (1, 0), "argsort": (0, 0)}
-
-
-def _equivalent_tie_indices(name, sample, i, expected, got) -> bool:
-    spec = TIE_UNSPECIFIED.get(name)
-    if spec is None or spec[0] != i or sample.kwargs.get("stable"):
-        return False
-    x = sample.input
-    if not isinstance(x, torch.Tensor) or x.dim() == 0:
-        return False
-    args, kw = list(sample.args), sample.kwargs
-    dim = args[spec[1]] if len(args) > spec[1] else kw.get("dim", -1)
-    if name == "sort" and len(args) > 2 and args[2] is True or name == "argsort" and \
-            len(args) > 2 and args[2] is True:
-        return False  # a stable sort: exact order
-    dim %= x.dim()
-    e_idx = torch.as_tensor(expected).long()
-    g_idx = torch.as_tensor(got).long()
-    if e_idx.shape != g_idx.shape:
-        return False
-    if name == "kthvalue" and not (len(args) > 2 and args[2] or kw.get("keepdim")):
-        e_idx, g_idx = e_idx.unsqueeze(dim), g_idx.unsqueeze(dim)
-    n = x.shape[dim]
-    if bool(((g_idx < 0) | (g_idx >= n)).any()):
-        return False
-    if name in ("sort", "argsort") and not torch.equal(g_idx.sort(dim)[0], e_idx.sort(dim)[0]):
-        return False  # not a permutation of the same positions
-    a, b = x.gather(dim, e_idx), x.gather(dim, g_idx)
-    same = a == b
-    if a.is_floating_point():
-        same |= a.isnan() & b.isnan()
-    return bool(same.all())
-
-
 def run_sample(op, sample, worker, workdir: str, rtol=1e-4, atol=1e-5,
                capture: str = "trace") -> SampleOutcome:
     """One sample exported (with ``capture``) and run; floats compare within
@@ -260,7 +222,7 @@ def run_sample(op, sample, worker, workdir: str, rtol=1e-4, atol=1e-5,
         return SampleOutcome("mismatch", f"{len(got)} outputs in tract, {len(expected)} in torch")
     for i, (e_, g_) in enumerate(zip(expected, got)):
         c = compare(f"output {i}", e_, g_, rtol=rtol, atol=atol)
-        if not c.ok and not _equivalent_tie_indices(op.name, sample, i, e_, g_):
+        if not c.ok and not equivalent_tie_indices(op.name, sample, i, e_, g_):
             return SampleOutcome("mismatch", c.line())
     del result
     return SampleOutcome("pass")
@@ -334,10 +296,13 @@ def dtype_matrix(results: dict, max_samples: int) -> str:
            "0.23.9). Each sample's tensor arguments are runtime inputs. `unsupported` means "
            "t2n refuses with a clear error; `mismatch`, `crash` and `error` are bugs. Float "
            "outputs compare within 1e-4 relative (float16 samples: 1e-2, a few f16 ulps); "
-           "integer and bool outputs exactly. For `topk`, `kthvalue` and `sort`/`argsort` "
-           "without `stable=True`, whose tie order PyTorch leaves unspecified, indices that "
-           "differ only among equal values count as right (the archive returns the stable "
-           "order; see the README).", ""]
+           "integer and bool outputs exactly, indices included: where PyTorch's CPU kernel "
+           "orders equal values by a rule of the input (stable sorts, sorts of up to 16 "
+           "elements, first/last positions, medians) the index must be PyTorch's; only "
+           "where the order is left to its selection algorithm's internals (`sort`/`argsort` "
+           "without `stable=True` past 16 elements, `topk` past 3 but for k = 1 of at least "
+           "64, `kthvalue` past 2, `mode` past 16) does an index that differs only among "
+           "equal values count as right (see tests/tie_order.py and the README).", ""]
     for d in dtypes:
         out += [f"## {d}", "", summary_table(list(results[d].values())), ""]
     out += ["## Per op", "", "Samples passing / in scope per dtype (`-`: no samples or out of "
