@@ -15,20 +15,27 @@ tract facts that shape this module:
   in PyTorch (they hold the bias only), so the result is zero-padded there.
 
 Padding modes other than zeros (``padding_mode='reflect'`` ...) reach t2n as a separate
-``aten::pad`` node before the convolution.
+``aten::pad`` node before the convolution. Integer convolutions (tract convolves floats
+only) take the exact gather-and-product form of :mod:`op_mappings.helpers.integer_conv`.
 """
 
 from __future__ import annotations
 
+import torch
+
+from op_mappings.helpers.integer_conv import dilate, flip_spatial, integer_conv
 from op_mappings.helpers.windows import as_list
 from t2n.registry import aten
 
 
-def _check_float(g, input, weight):
+def _check_dtypes(g, input, weight):
     for name, t in (("input", input), ("weight", weight)):
-        if not t.dtype.is_floating_point:
-            raise g.error(f"{name}: convolution of {t.dtype} tensors is not supported "
-                          "(tract convolves floats only)")
+        if t.dtype == torch.bool:
+            raise g.error(f"{name}: convolution of torch.bool tensors is not supported "
+                          "(PyTorch has none either)")
+    if input.dtype.is_floating_point != weight.dtype.is_floating_point:
+        raise g.error(f"weight: a {weight.dtype} weight on a {input.dtype} input (PyTorch "
+                      "wants one dtype)")
 
 
 def _batched(g, input, weight):
@@ -55,8 +62,9 @@ def _out_len(n, before, after, k, stride, dilation):
 
 
 def _prologue(g, input, weight):
-    """Shared checks of every convolution: float operands, a batch axis, the spatial rank."""
-    _check_float(g, input, weight)
+    """Shared checks of every convolution: numeric operands, a batch axis, the spatial
+    rank."""
+    _check_dtypes(g, input, weight)
     x, added = _batched(g, input, weight)
     n = weight.rank - 2
     if n < 1:
@@ -73,6 +81,9 @@ def conv_nd(g, input, weight, bias, stride, pads, dilation, groups):
     if groups < 1:
         raise g.error(f"groups: {groups} must be >= 1")
     dtype = x.dtype
+    if not dtype.is_floating_point:
+        y = integer_conv(g, x, weight, bias, stride, pads, dilation, groups)
+        return g.squeeze(y, [0]) if added else y
     w = g.cast(weight, dtype)
     spatial = [_out_len(x.shape[2 + i], pads[i][0], pads[i][1], kernel[i], stride[i],
                         dilation[i]) for i in range(n)]
@@ -122,6 +133,15 @@ def conv_transpose_nd(g, input, weight, bias, stride, padding, output_padding, g
     kernel = list(weight.shape[2:])
     c_out = weight.shape[1] * groups
     w = _deconv_filter(g, g.cast(weight, dtype), groups)
+    if not dtype.is_floating_point:
+        # the forward convolution of the stride-dilated input with the flipped filter
+        for i in range(n):
+            x = dilate(g, x, 2 + i, stride[i])
+        reach = [dilation[i] * (kernel[i] - 1) - padding[i] for i in range(n)]
+        y = integer_conv(g, x, flip_spatial(g, w), bias, [1] * n,
+                         [(reach[i], reach[i] + output_padding[i]) for i in range(n)],
+                         dilation, groups)
+        return g.squeeze(y, [0]) if added else y
     pads, extra = [], []
     for i in range(n):
         after = padding[i] - output_padding[i]

@@ -4,7 +4,6 @@ Module forms trace to ``aten::_convolution`` (``padding='same'``/``'valid'`` to
 ``aten::_convolution_mode``); weights given as runtime inputs go through the same mappings.
 """
 
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -104,14 +103,6 @@ def test_conv_transpose_functional_runtime_weight():
     m = Fn(lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1,
                                               groups=2))
     assert_exports(m, (torch.randn(1, 4, 5, 5), torch.randn(4, 3, 3, 3), torch.randn(6)))
-
-
-def test_conv_integer_input_is_refused():
-    from t2n.errors import UnsupportedOperatorsError
-
-    m = Fn(lambda x: F.conv1d(x, torch.ones(1, 1, 2, dtype=torch.int64)))
-    with pytest.raises(UnsupportedOperatorsError, match="torch.int64 tensors is not supported"):
-        assert_exports(m, (torch.ones(1, 1, 4, dtype=torch.int64),))
 
 
 PADS = {
