@@ -6,9 +6,10 @@ Prints, side by side for a 2-layer bidirectional LSTM (and the same for a GRU):
 
 * op count and archive size of t2n's export at T=10 and T=1000 (equal: one loop per layer
   and direction, whatever the length), and the ONNX file's node count and size;
-* tract run time at T=1000, batch 1: load + optimise once, then the median of ``--repeat``
-  runs (wall time and the process's CPU time), each route in its own fresh child process
-  (so caches and allocations do not carry over), the routes interleaved.
+* tract run time at T=1000, batch 1: per round (a fresh child process) both routes are
+  loaded and optimised once, then run ``--repeat`` times each, alternated (t2n, onnx, onnx,
+  t2n, ...) so that the machine's load falls on both alike; the medians (wall time and the
+  process's CPU time), and the t2n/onnx ratio per round as min / median / max.
 
 The ONNX route is ``torch.onnx.export(..., dynamo=True)`` then
 ``tract.onnx().load(path).into_model().into_runnable()``.
@@ -67,27 +68,38 @@ def _export_onnx(model, x, path):
 
 
 def _child(job: dict) -> dict:
+    """One round: both routes loaded in this process, their runs alternated (t2n, onnx,
+    onnx, t2n, ...) so that the machine's load hits both alike; CPU time per run."""
     import numpy as np
     import tract
 
-    t0 = time.perf_counter()
-    if job["route"] == "t2n":
-        runnable = tract.nnef().load(job["path"]).into_runnable()
-    else:
-        runnable = tract.onnx().load(job["path"]).into_model().into_runnable()
-    load = time.perf_counter() - t0
     x = np.load(job["input"])
-    runnable.run([x])  # warm-up
-    times, cpu = [], []
-    for _ in range(job["repeat"]):
-        t, c = time.perf_counter(), time.process_time()
-        out = runnable.run([x])[0].to_numpy()
-        times.append(time.perf_counter() - t)
-        cpu.append(time.process_time() - c)
     ref = np.load(job["ref"])
-    err = float(np.max(np.abs(out - ref)))
-    return {"load": load, "run": statistics.median(times), "cpu": statistics.median(cpu),
-            "max_abs_err": err}
+    routes, load, err = {}, {}, {}
+    for route in ("t2n", "onnx"):
+        t0 = time.perf_counter()
+        if route == "t2n":
+            routes[route] = tract.nnef().load(job["t2n"]).into_runnable()
+        else:
+            routes[route] = tract.onnx().load(job["onnx"]).into_model().into_runnable()
+        load[route] = time.perf_counter() - t0
+        out = routes[route].run([x])[0].to_numpy()  # warm-up and the accuracy check
+        err[route] = float(np.max(np.abs(out - ref)))
+    wall = {r: [] for r in routes}
+    cpu = {r: [] for r in routes}
+    for i in range(job["repeat"]):
+        for route in (("t2n", "onnx") if i % 2 == 0 else ("onnx", "t2n")):
+            t, c = time.perf_counter(), time.process_time()
+            routes[route].run([x])
+            wall[route].append(time.perf_counter() - t)
+            cpu[route].append(time.process_time() - c)
+    return {r: {"load": load[r], "run": statistics.median(wall[r]),
+                "cpu": statistics.median(cpu[r]), "max_abs_err": err[r]} for r in routes}
+
+
+def _spread(xs):
+    return (f"{min(xs):.3f} / {statistics.median(xs):.3f} / {max(xs):.3f}" if xs
+            else "n/a")
 
 
 def main(argv=None) -> int:
@@ -95,8 +107,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--input", type=int, default=80)
     ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3, help="child processes per route")
+    ap.add_argument("--repeat", type=int, default=5, help="alternated runs per round")
+    ap.add_argument("--rounds", type=int, default=3, help="child processes (rounds)")
     ap.add_argument("--kinds", default="lstm,gru")
     ap.add_argument("--child")
     args = ap.parse_args(argv)
@@ -120,38 +132,45 @@ def main(argv=None) -> int:
             np.save(f"{d}/x.npy", x.numpy())
             with torch.no_grad():
                 np.save(f"{d}/ref.npy", model(x).numpy())
-            timings = {"t2n": [], "onnx": []}
+            rounds = []
             for _ in range(args.rounds):
-                for route, path in (("t2n", f"{d}/{kind}{args.steps}.nnef.tgz"),
-                                    ("onnx", f"{d}/{kind}{args.steps}.onnx")):
-                    res = run_child("bench.rnn_bench", {
-                        "route": route, "path": path, "input": f"{d}/x.npy",
-                        "ref": f"{d}/ref.npy", "repeat": args.repeat})
-                    if "error" in res:
-                        print(f"{kind} {route}: {res['error']}", file=sys.stderr)
-                        continue
-                    timings[route].append(res)
-            rows.append((kind, sizes, timings))
+                res = run_child("bench.rnn_bench", {
+                    "t2n": f"{d}/{kind}{args.steps}.nnef.tgz",
+                    "onnx": f"{d}/{kind}{args.steps}.onnx", "input": f"{d}/x.npy",
+                    "ref": f"{d}/ref.npy", "repeat": args.repeat})
+                if "error" in res:
+                    print(f"{kind}: {res['error']}", file=sys.stderr)
+                    continue
+                rounds.append(res)
+            rows.append((kind, sizes, rounds))
 
-    print(f"2-layer bidirectional, input {args.input}, hidden {args.hidden}, batch 1")
+    print(f"2-layer bidirectional, input {args.input}, hidden {args.hidden}, batch 1, "
+          f"T={args.steps}; {args.rounds} rounds x {args.repeat} alternated runs")
     head = (f"{'model':6} {'route':5} {'ops T=10':>9} {'ops T=' + str(args.steps):>10} "
             f"{'size T=10':>10} {'size T=' + str(args.steps):>11} "
             f"{'load s':>7} {'wall ms':>8} {'cpu ms':>7} {'max err':>9}")
     print(head)
     print("-" * len(head))
-    for kind, sizes, timings in rows:
+    for kind, sizes, rounds in rows:
         for route in ("t2n", "onnx"):
             ops10, size10 = sizes[(route, 10)]
             opsn, sizen = sizes[(route, args.steps)]
-            t = timings[route]
+            t = [r[route] for r in rounds]
             run = statistics.median(r["run"] for r in t) * 1e3 if t else float("nan")
             cpu = statistics.median(r["cpu"] for r in t) * 1e3 if t else float("nan")
             load = statistics.median(r["load"] for r in t) if t else float("nan")
             err = max(r["max_abs_err"] for r in t) if t else float("nan")
             print(f"{kind:6} {route:5} {ops10:>9} {opsn:>10} {size10:>10} {sizen:>11} "
                   f"{load:>7.2f} {run:>8.1f} {cpu:>7.1f} {err:>9.1e}")
-    print(f"run time at T={args.steps}: median over runs and child processes; cpu = the "
-          "process's CPU time, steadier than wall time on a shared machine")
+    print()
+    print("t2n / onnx run time, per round (min / median / max over rounds):")
+    for kind, _, rounds in rows:
+        cpu = [r["t2n"]["cpu"] / r["onnx"]["cpu"] for r in rounds]
+        wall = [r["t2n"]["run"] / r["onnx"]["run"] for r in rounds]
+        print(f"  {kind:5} cpu {_spread(cpu)}   wall {_spread(wall)}")
+    print(f"run time at T={args.steps}: per round the median of its runs, then the median "
+          "over rounds; cpu = the process's CPU time, steadier than wall time on a shared "
+          "machine")
     print("ops: t2n = NNEF ops in graph.nnef (loop bodies not counted), onnx = ONNX nodes; "
           "sizes in bytes (.nnef.tgz / .onnx)")
     return 0

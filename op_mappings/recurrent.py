@@ -1,5 +1,6 @@
 """Recurrent layers: ``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu`` (what ``nn.LSTM``,
-``nn.GRU`` and ``nn.RNN`` trace to), as ONE ``tract_core_scan`` per layer.
+``nn.GRU`` and ``nn.RNN`` trace to), as ONE ``tract_core_scan`` per layer (an f32 GRU layer:
+tract's whole-sequence ``tract_core_gru_seq`` per direction).
 
 The layers themselves (input projection before the loop, one scan per layer with the
 directions side by side, tract's fused cell epilogues) are op_mappings/helpers/recurrence.py,

@@ -197,6 +197,24 @@ def test_one_scan_per_layer_and_constant_size(tmp_path):
     assert abs(sizes[0] - sizes[1]) <= 16  # only the literal T in a shape differs
 
 
+def test_gru_is_tract_whole_sequence_op(tmp_path):
+    """An f32 GRU layer is tract's fused GruSeq (one op per layer and direction, no scan,
+    nothing growing with T); f64 (no GruSeq kernel) keeps the scan. The numbers of every
+    GRU option on this path are pinned by the tests above."""
+    m = _make("gru", input_size=8, hidden_size=16, num_layers=2, bidirectional=True)
+    hists, texts = [], []
+    for steps in (10, 1000):
+        p = str(tmp_path / f"g{steps}.nnef.tgz")
+        hists.append(t2n.export(m, (torch.randn(steps, 1, 8),), p).op_histogram)
+        texts.append(_graph_text(p))
+    assert hists[0] == hists[1]
+    assert hists[0]["tract_core_gru_seq"] == 4 and "tract_core_scan" not in hists[0]
+    assert texts[0].count("chunk = -1") == 2 and texts[0].count("projected = 1") == 4
+    h = t2n.export(m.double(), (torch.randn(5, 1, 8).double(),),
+                   str(tmp_path / "f64.nnef.tgz")).op_histogram
+    assert h["tract_core_scan"] == 2 and "tract_core_gru_seq" not in h
+
+
 def test_reproducible_bytes(tmp_path):
     m = _make("gru", input_size=3, hidden_size=4, num_layers=2, bidirectional=True)
     x = torch.randn(5, 2, 3)

@@ -13,6 +13,10 @@ Each layer is lowered the way tract runs recurrences best:
    f32/f16, or the same formulas op by op otherwise;
 3. the per-step outputs and the last states come out of the scan.
 
+An f32 GRU layer (outside packed sequences and streaming exports) skips the scan: tract has
+a whole-sequence GRU op, ``tract_core_gru_seq``, that runs step 2 inside one op from the same
+pre-computed projection (see :func:`_gru_seq`).
+
 The two products (input projection, recurrent product) are a *products* object: float
 layers use :data:`FLOAT_PRODUCTS` (one matmul each, directions stacked); dynamically
 quantized layers pass op_mappings.helpers.dynamic_quant's int8 products, with the same
@@ -29,7 +33,7 @@ from __future__ import annotations
 import torch
 
 from t2n.builder import Tensor
-from t2n.loops import Loop
+from t2n.loops import Body, Loop
 
 LSTM_ORDER = (0, 3, 1, 2)  # i, f, g, o -> i, o, f, g
 GRU_ORDER = (1, 0, 2)  # r, z, n -> z, r, n
@@ -102,10 +106,14 @@ def layers(g, kind, x, hx, params, has_biases, num_layers, dropout, train, bidir
         h_size = ws[0][2 + n_bias].shape[0] if has_proj else hidden
         inits = [_initial_state(g, h, layer * dirs, dirs, batch, h_size if s == 0 else hidden,
                                 x.dtype) for s, h in enumerate(hx)]
-        x, lasts = _recurrence(g, kind, proj, inits,
-                               [w[1] for w in ws], [w[3] for w in ws] if has_biases else None,
-                               [w[2 + n_bias] for w in ws] if has_proj else None,
-                               hidden, t_axis, mask, products)
+        w_hhs, b_hhs = [w[1] for w in ws], [w[3] for w in ws] if has_biases else None
+        if kind == "gru" and _gru_seq_applies(g, x, w_hhs, mask, products):
+            x, lasts = _gru_seq(g, proj, None if _zero_state(hx[0]) else inits[0], w_hhs,
+                                b_hhs, hidden, t_axis)
+        else:
+            x, lasts = _recurrence(g, kind, proj, inits, w_hhs, b_hhs,
+                                   [w[2 + n_bias] for w in ws] if has_proj else None,
+                                   hidden, t_axis, mask, products)
         for s, last in enumerate(lasts):
             finals[s].append(last)
     results = [x] + [g.concat(f, 0) for f in finals]
@@ -116,11 +124,15 @@ def layers(g, kind, x, hx, params, has_biases, num_layers, dropout, train, bidir
 
 def _initial_state(g, hx, k, dirs, batch, size, dtype):
     """States ``k .. k+dirs`` of ``hx`` ([L*D, B, H]) as [D, B, H], zeros when not given."""
-    if hx is None or (hx.is_const and not bool(hx.value.any())):
+    if _zero_state(hx):
         return g.broadcast_to(g.scalar(0.0, dtype), [dirs, batch, size])  # nn.LSTM's zeros
     if hx.is_const:
         return g.const(hx.value[k:k + dirs].to(dtype))
     return g.cast(g.slice(hx, 0, k, k + dirs), dtype)
+
+
+def _zero_state(hx) -> bool:
+    return hx is None or (hx.is_const and not bool(hx.value.any()))
 
 
 def _input_projection(g, kind, x, ws, has_biases, t_axis, products):
@@ -210,6 +222,57 @@ def _recurrence(g, kind, projs, inits, w_hhs, b_hhs, w_hrs, hidden, t_axis, mask
     return g.concat(outs[:dirs], 2), outs[dirs:]
 
 
+def _gru_seq_applies(g, x, w_hhs, mask, products) -> bool:
+    """Whether tract's whole-sequence GRU (``tract_core_gru_seq``) runs this layer: an f32
+    float layer with constant recurrent weights (tract packs them once), outside a loop
+    body, without a packed-sequence mask, in an export that does not stream (tract cannot
+    pulse the op)."""
+    return (x.dtype == torch.float32 and products is FLOAT_PRODUCTS and mask is None
+            and g.streaming is None and not isinstance(g, Body)
+            and all(w.is_const for w in w_hhs))
+
+
+def _gru_seq(g, projs, init, w_hhs, b_hhs, hidden, t_axis):
+    """One GRU layer (``init``: the [D, B, H] initial state, None for zeros) as ``tract_core_gru_seq`` per direction: the whole sequence in one op,
+    with no graph dispatch per step (the loop a scan would run is inside the op).
+
+    tract 0.23.9's semantics, read from its GruSeq op and checked against torch: with
+    ``projected = 1``, ``x`` is the input projection ``x W_ih^T + b_ih`` laid out
+    [B, T, 3H] in tract's gate order ``z, r, n``; ``r`` is ``W_hh`` [3H, H] in that order;
+    ``b`` is [1, 6H] whose second half ``b_hh`` is added to ``h W_hh^T`` before the reset
+    gate multiplies its ``n`` block (PyTorch's formula; the first half, the input-side
+    bias, is not read when projected); ``initial_h`` and ``y_h`` are [B, 1, H], ``y`` is
+    [B, T, H] in time order for either direction (``chunk = -1`` runs from the end).
+    ``reset_every_turn = 0`` keeps the state contract of t2n's scans."""
+    ys, lasts = [], []
+    for d, (p, w) in enumerate(zip(projs, w_hhs)):
+        xb = p if t_axis == 1 else g.transpose(p, [1, 0, 2])  # [B, T, 3H]
+        batch, steps = xb.shape[0], xb.shape[1]
+        h0 = g.broadcast_to(g.scalar(0.0, torch.float32), [batch, 1, hidden]) if init is None \
+            else g.transpose(g.slice(init, 0, d, d + 1), [1, 0, 2])  # [B, 1, H]
+        args = dict(x=xb, r=g.variable(_rows(w.value, GRU_ORDER).float(), _label(g, w)))
+        if b_hhs is not None:
+            b_hh = b_hhs[d]
+            if b_hh.is_const:
+                data = _rows(b_hh.value, GRU_ORDER).float()
+                b = g.variable(torch.cat([torch.zeros_like(data), data])[None],
+                               _label(g, b_hh))
+            else:
+                b_hh = g.cast(gate_rows(g, b_hh, GRU_ORDER), torch.float32)
+                zeros = g.broadcast_to(g.scalar(0.0, torch.float32), [3 * hidden])
+                b = g.unsqueeze(g.concat([zeros, b_hh], 0), [0])
+            args["b"] = b
+        args["initial_h"] = h0
+        y, y_h = g.op("tract_core_gru_seq", hidden=hidden, chunk=1 if d == 0 else -1,
+                      has_bias=int(b_hhs is not None), reset_every_turn=0, emit_y=1,
+                      projected=1, outputs=2, out_shapes=[[batch, steps, hidden],
+                                                          [batch, 1, hidden]],
+                      out_dtypes=[torch.float32, torch.float32], **args)
+        ys.append(y if t_axis == 1 else g.transpose(y, [1, 0, 2]))
+        lasts.append(g.transpose(y_h, [1, 0, 2]))  # [1, B, H]
+    return g.concat(ys, 2), [g.concat(lasts, 0)]
+
+
 def _stack(g, ws, dtype):
     """[D, ...] from one tensor per direction (a constant stays one weight)."""
     if all(w.is_const for w in ws):
@@ -259,9 +322,15 @@ def gate_rows(g, w, order):
         return w
     n = w.shape[0] // len(order)
     if w.is_const:
-        data = torch.cat([w.value[k * n:(k + 1) * n] for k in order])
+        data = _rows(w.value, order)
         return g.variable(data, _label(g, w)) if w.literal is None else g.const(data)
     return g.concat([g.slice(w, 0, k * n, (k + 1) * n) for k in order], 0)
+
+
+def _rows(data, order):
+    """A weight's gate blocks (rows) in ``order``."""
+    n = data.shape[0] // len(order)
+    return torch.cat([data[k * n:(k + 1) * n] for k in order])
 
 
 def _cat_rows(g, ws):
