@@ -49,6 +49,8 @@ PIPELINE: tuple[str, ...] = (
     "transpose_first",  # transpose after an axis-merging reshape -> before it
     "collapse",  # reshape(reshape), transpose(transpose), broadcast into a binary op -> one
     "compose",  # GELU, layer norm, clamp, ... -> one call of an NNEF fragment each (tract)
+    "unshare_packed",  # a product with a large shared weight (tied head) -> two halves over
+    #                    slices of it, which tract packs once instead of at every run
     "weights",  # weight storage format (weights="f16"/"q4_0"); decides on the final graph
     "broadcast_axes",  # products: size-1 broadcast axes get labels of their own (tract loads
     #                    it); rewrites op forms only, never variables, so it may follow weights
