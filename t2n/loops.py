@@ -36,6 +36,7 @@ import torch
 
 from .builder import Graph, Tensor, _flatten, format_value
 from .errors import ConversionError
+from .stdlib_defaults import explicit_attrs
 
 
 @dataclass
@@ -82,7 +83,8 @@ def render_fragments(g: Graph) -> list[str]:
 def op_line(op) -> str:
     """One NNEF assignment for an op (the graph's ops and fragment bodies alike)."""
     args = [format_value(a) for a in op.args]
-    args += [f"{k} = {format_value(v)}" for k, v in op.attrs.items()]
+    args += [f"{k} = {format_value(v)}"
+             for k, v in explicit_attrs(op.kind, op.attrs).items()]
     call = f"{op.kind}({', '.join(args)})"
     if len(op.outputs) == 1:
         return f"{op.outputs[0].name} = {call}"

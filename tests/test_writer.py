@@ -303,3 +303,42 @@ def test_transposed_weight_round_trips_in_tract(tmp_path):
             return x @ self.w.t()  # folded to a strided view of the weight
 
     assert_exports(T().eval(), (torch.randn(3, 30),), filename="m.tgz")
+
+
+class _Convs(torch.nn.Module):
+    """Convolutions and pools whose arguments are the stdlib's defaults or not."""
+
+    def __init__(self):
+        super().__init__()
+        self.plain = torch.nn.Conv2d(4, 6, 3, padding=1)  # stride/dilation 1, groups 1
+        self.odd = torch.nn.Conv2d(6, 6, 3, stride=(2, 1), dilation=(1, 2), groups=3)
+        self.up = torch.nn.ConvTranspose2d(6, 4, 2, stride=2, groups=2)
+
+    def forward(self, x):
+        y = self.odd(torch.relu(self.plain(x)))
+        y = torch.nn.functional.max_pool2d(y, 3, stride=1, padding=1)
+        return self.up(torch.nn.functional.avg_pool2d(y, 2, stride=1, ceil_mode=True))
+
+
+def test_default_arguments_left_out_of_graph_text(tmp_path):
+    # a conv's border/stride/dilation/groups equal to the stdlib default are not written
+    # (tract's parser spends per literal); the other values are, and tract computes the same
+    from t2n.stdlib_defaults import explicit_attrs
+
+    attrs = {"border": "constant", "padding": [(0, 0)], "stride": [1, 1], "dilation": [1, 2],
+             "groups": 1}
+    assert explicit_attrs("conv", attrs) == {"padding": [(0, 0)], "dilation": [1, 2]}
+    assert explicit_attrs("conv", {"groups": 2, "stride": [2, 1], "border": "ignore"}) == \
+        {"groups": 2, "stride": [2, 1], "border": "ignore"}
+    assert explicit_attrs("matmul", {"transposeA": False, "transposeB": True}) == \
+        {"transposeB": True}
+    assert explicit_attrs("tract_core_einsum", {"groups": 1}) == {"groups": 1}
+    torch.manual_seed(0)
+    t2n.export(_Convs().eval(), (torch.randn(1, 4, 9, 10),), str(tmp_path / "c.nnef"),
+               check=True)  # tract's outputs compared with torch's
+    text = (tmp_path / "c.nnef" / "graph.nnef").read_text()
+    convs = [ln for ln in text.splitlines() if "= conv(" in ln or "= deconv(" in ln]
+    assert len(convs) == 3, text
+    assert "padding = " in convs[0] and "stride" not in convs[0] and "groups" not in convs[0]
+    assert "stride = [2, 1]" in text and "dilation = [1, 2]" in text and "groups = 3" in text
+    assert "border = 'constant'" not in text
