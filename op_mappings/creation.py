@@ -146,8 +146,6 @@ def arange(g, *args):
 def _linspace_values(g, start, end, steps, dtype):
     """PyTorch's two-sided formula: start + i*step below halfway, end - (n-1-i)*step above
     (runtime start/end are 0-dim tensors)."""
-    if not dtype.is_floating_point:
-        raise g.error(f"logspace with integer dtype {dtype} is not supported")
     if steps == 0:
         return g.broadcast_to(g.scalar(0.0, dtype), [0])
     a = g.as_tensor(start, dtype)
@@ -181,5 +179,42 @@ def linspace(g, start, end, steps, dtype=None, *_):
 @aten("logspace")
 def logspace(g, start, end, steps, base=10.0, dtype=None, *_):
     d = g.out_dtype()
-    exps = _linspace_values(g, start, end, steps, d)
-    return g.binary("pow", g.scalar(float(base), d), exps, d)
+    if d.is_floating_point:
+        exps = _linspace_values(g, start, end, steps, d)
+        return g.binary("pow", g.scalar(float(base), d), exps, d)
+    if d == torch.bool:
+        raise g.error("dtype: logspace of torch.bool is not supported (PyTorch has none)")
+    return _integer_logspace(g, start, end, steps, float(base), d)
+
+
+def _integer_logspace(g, start, end, steps, base, d):
+    """PyTorch's integer logspace: start and end converted to the dtype (one value: start
+    as it is), the two-sided exponents and the power in double, and the C++ conversion of
+    each double to the dtype: truncation, and for a value past the range (or NaN) the
+    x86 conversion's result, the minimum of int64 / int32 (int16/int8/uint8 go through
+    int32 and keep its low bits)."""
+    f64 = torch.float64
+    if steps == 0:
+        return g.broadcast_to(g.scalar(0, d), [0])
+    if steps == 1:
+        exps = g.reshape(g.as_tensor(start, f64), [1])
+    else:
+        a, b = (g.cast(g.as_tensor(v, d), torch.int64) for v in (start, end))
+        step = g.binary("div", g.cast(g.binary("sub", b, a, torch.int64), f64),
+                        float(steps - 1), f64)
+        a, b = g.cast(a, f64), g.cast(b, f64)
+        idx = torch.arange(steps, dtype=f64)
+        low = g.binary("add", a, g.binary("mul", step, g.const(idx), f64), f64)
+        high = g.binary("sub", b, g.binary("mul", step, g.const(steps - 1 - idx), f64), f64)
+        mask = g.const(torch.arange(steps) < steps // 2)
+        exps = g.op("select", mask, g.reshape(low, [steps]), g.reshape(high, [steps]),
+                    out_shape=[steps], out_dtype=f64)
+    v = g.binary("pow", g.scalar(base, f64), exps, f64)
+    lo, hi, least = (-2.0 ** 63, 2.0 ** 63, -2 ** 63) if d == torch.int64 else \
+        (-2.0 ** 31 - 1, 2.0 ** 31, -2 ** 31)
+    inside = g.binary("and", g.binary("ge" if d == torch.int64 else "gt", v, lo, f64,
+                                      out_dtype=torch.bool),
+                      g.binary("lt", v, hi, f64, out_dtype=torch.bool), torch.bool)
+    t = g.op("select", inside, g.cast(v, torch.int64), g.scalar(least, torch.int64),
+             out_shape=[steps], out_dtype=torch.int64)
+    return g.cast(t, d)

@@ -77,3 +77,23 @@ def test_bool_ops():
                 lambda r, inc: lambda x, i, s: x.scatter_reduce(0, i, s, r, include_self=inc))(
                     r, inc)
     assert_cases(cases, (x, idx, src))
+
+
+def test_integer_logspace():
+    """PyTorch's integer logspace: start/end truncated to the dtype, exponents and power in
+    double, each value truncated; past the range the x86 conversion's minimum (int64,
+    int32; the narrower types keep the low bits of the int32 conversion)."""
+    cases = {}
+    for dt in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        cases[f"base 2 past the range {dt}"] = (lambda dt: lambda a, b, c, d: torch.logspace(
+            a, b, 8, base=2, dtype=dt))(dt)
+        cases[f"negative base {dt}"] = (lambda dt: lambda a, b, c, d: torch.logspace(
+            a, b // 2 + 1, 6, base=-2.0, dtype=dt))(dt)
+        cases[f"truncated ends {dt}"] = (lambda dt: lambda a, b, c, d: torch.logspace(
+            c, d, 5, dtype=dt))(dt)
+        cases[f"base 1.5 {dt}"] = (lambda dt: lambda a, b, c, d: torch.logspace(
+            0.5 if dt == torch.uint8 else -2.5, 11.9, 13, base=1.5, dtype=dt))(dt)
+        cases[f"one step {dt}"] = (lambda dt: lambda a, b, c, d: torch.logspace(
+            d - 2.7, d, 1, dtype=dt))(dt)
+    assert_cases(cases, (torch.tensor(0), torch.tensor(70), torch.tensor(-3),
+                         torch.tensor(4.7)))
