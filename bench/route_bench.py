@@ -16,7 +16,9 @@ against the ONNX file's nodes, and both after tract's optimiser), load time
 (load + ``into_runnable``, median of ``--repeat``, with the loaders made once per process)
 and run time (median of ``--runs`` alternating runs; the best run too), with the ratios
 t2n / ONNX. The summary gives the geometric means and
-the worst model of each ratio.
+the worst model of each ratio. A model one route of which tract cannot load (tract's ONNX
+declutter fails on LeViT) is printed with tract's error and the other route's figures, and
+left out of the ratios (its op counts still count).
 
 ``--dump`` writes, beside the archives (``--keep DIR``), what tract's optimiser made of each
 route: one line per node of the optimised model with its op (``profile_json``), so the two can
@@ -208,6 +210,14 @@ def _measure(job: dict) -> dict:
         return onnx.load(job["onnx"]).into_model().into_runnable()
 
     routes = {"t2n": load_t2n, "onnx": load_onnx}
+    out = {"nnef_context_s": nnef_context_s}
+    for k in list(routes):  # a route tract cannot load is reported, the other measured
+        try:
+            routes[k]()
+        except Exception as e:  # tract's error (e.g. its ONNX declutter on LeViT)
+            msg = str(e).split("Stack backtrace")[0].split("\n")
+            out[f"{k}_error"] = " / ".join(ln.strip() for ln in msg if ln.strip())[:300]
+            del routes[k]
     loads = {k: [] for k in routes}
     runs = {k: [] for k in routes}
     runnables = {}
@@ -217,7 +227,6 @@ def _measure(job: dict) -> dict:
             t0 = time.perf_counter()
             runnables[k] = routes[k]()
             loads[k].append(time.perf_counter() - t0)
-    out = {"nnef_context_s": nnef_context_s}
     for k, r in runnables.items():
         got = r.run(inputs)[0].to_numpy()
         out[f"{k}_err"] = float(np.max(np.abs(got - ref))) if got.shape == ref.shape else None
@@ -308,6 +317,15 @@ def main(argv=None) -> int:
             rows[name] = dict(ex, **me)
             continue
         r = dict(ex, **me)
+        failed = [k for k in ("t2n", "onnx") if f"{k}_error" in r]
+        if failed:
+            rows[name] = r
+            fig = "".join(f"  {k} {1e3 * r[k + '_run_s']:.2f} ms run, {r[k + '_load_s']:.3f} s load"
+                          for k in ("t2n", "onnx") if k + "_run_s" in r)
+            print(f"{name:20} {r['t2n_ops']:7d} {r['onnx_ops']:5d}  "
+                  + "; ".join(f"{k} route failed in tract: {r[k + '_error']}" for k in failed)
+                  + fig, flush=True)
+            continue
         r["load_ratio"] = _ratio(r["t2n_load_s"], r["onnx_load_s"])
         r["run_ratio"] = _ratio(r["t2n_run_s"], r["onnx_run_s"])
         r["run_min_ratio"] = _ratio(r["t2n_run_min_s"], r["onnx_run_min_s"])
@@ -335,9 +353,13 @@ def main(argv=None) -> int:
         if ctx:
             print(f"tract.nnef() context, made once per process (not in the load times): "
                   f"median {statistics.median(ctx):.3f} s")
-        more = [k for k, r in ok.items() if r["t2n_ops"] > r["onnx_ops"]]
-        print(f"op count t2n <= onnx on {len(ok) - len(more)} of {len(ok)} models"
+        counted = {k: r for k, r in rows.items() if "t2n_ops" in r and "onnx_ops" in r}
+        more = [k for k, r in counted.items() if r["t2n_ops"] > r["onnx_ops"]]
+        print(f"op count t2n <= onnx on {len(counted) - len(more)} of {len(counted)} models"
               + (f" (more on: {', '.join(more)})" if more else ""))
+        one = [k for k, r in rows.items() if any(f"{x}_error" in r for x in ("t2n", "onnx"))]
+        if one:
+            print(f"not in the ratios (a route failed in tract): {', '.join(one)}")
         print(f"{len(ok)} of {len(rows)} models measured; "
               f"load average at end: {common.load_average():.2f}")
     if a.json:
