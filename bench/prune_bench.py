@@ -1,10 +1,14 @@
-"""Does compaction pay off in tract? The ResNet-18 fixture, pruned with
-``ln_structured(amount=0.5, n=2, dim=0)`` on every conv, exported without and with
-``compact=True``: archive size, op count, tract load time and run time (median and best of
-interleaved runs, so that load on a shared machine hits both alike), and the largest
-difference from PyTorch.
+"""Does compaction pay off in tract? Real CNNs with random weights, pruned with
+``ln_structured(amount=0.5, n=2, dim=0)`` on every conv that is not depthwise, exported
+without and with ``compact=True``: archive size, op count, tract load time and run time
+(median and best of interleaved runs, so that load on a shared machine hits both alike),
+the largest difference from PyTorch and between the two archives.
 
-    python -m bench.prune_bench [--size 224] [--runs 20]
+Models: the ResNet-18 fixture (residual adds), torchvision ``mobilenet_v2`` (depthwise convs
+in inverted residuals) and ``densenet121`` (concatenations).
+
+    python -m bench.prune_bench [--models resnet18,mobilenet_v2,densenet121] [--size 224]
+                                [--runs 20]
 """
 
 from __future__ import annotations
@@ -19,33 +23,75 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def pruned_resnet18():
+def _pruned(model):
+    """ln_structured(0.5, n=2, dim=0) on every conv but the depthwise ones (groups > 1)."""
     import torch.nn as nn
     import torch.nn.utils.prune as prune
 
-    sys.path.insert(0, ROOT)
-    from fixtures.models import make_resnet18
-
-    model = make_resnet18()
     for m in model.modules():
-        if isinstance(m, nn.Conv2d):
+        if isinstance(m, nn.Conv2d) and m.groups == 1:
             prune.ln_structured(m, "weight", amount=0.5, n=2, dim=0)
     return model.eval()
 
 
+def pruned_resnet18():
+    sys.path.insert(0, ROOT)
+    from fixtures.models import make_resnet18
+
+    return _pruned(make_resnet18())
+
+
+def _torchvision(name):
+    def build():
+        from bench.common import declare_torchvision_schemas
+
+        declare_torchvision_schemas()
+        import torchvision
+
+        return _pruned(getattr(torchvision.models, name)(weights=None))
+    return build
+
+
+MODELS = {"resnet18": pruned_resnet18, "mobilenet_v2": _torchvision("mobilenet_v2"),
+          "densenet121": _torchvision("densenet121")}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help="comma-separated, from: " + ", ".join(MODELS))
     ap.add_argument("--size", type=int, default=224, help="input height and width")
     ap.add_argument("--runs", type=int, default=20, help="timed runs per archive")
     opts = ap.parse_args(argv)
 
+    import torch
+
+    names = [n.strip() for n in opts.models.split(",") if n.strip()]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    print(f"ln_structured(0.5, n=2, dim=0) on every non-depthwise conv, random weights, "
+          f"input 1x3x{opts.size}x{opts.size}, {opts.runs} interleaved runs, torch threads "
+          f"{torch.get_num_threads()}")
+    summary = []
+    for name in names:
+        torch.manual_seed(0)
+        summary.append((name, _bench(name, MODELS[name](), opts)))
+    print()
+    print(f"{'model':<13} {'size':>7} {'run time':>9} {'max |compacted - pruned|':>25}")
+    for name, (size, run, diff) in summary:
+        print(f"{name:<13} {size:>7.1%} {run:>9.1%} {diff:>25.2e}")
+    return 0
+
+
+def _bench(label, model, opts):
+    """Print the figures of one model; (size ratio, run-time ratio, max |compacted - pruned|)."""
     import numpy as np
     import torch
     import tract
 
     import t2n
 
-    model = pruned_resnet18()
     x = torch.randn(1, 3, opts.size, opts.size)
     with torch.no_grad():
         expected = model(x).numpy()
@@ -64,17 +110,16 @@ def main(argv=None) -> int:
                               export_s=export_s, load_s=load_s, runnable=runnable, times=[])
         xn = x.numpy()
         for name, row in rows.items():  # warm-up, and the outputs against PyTorch
-            got = row["runnable"].run([xn])[0].to_numpy()
-            row["err"] = float(np.abs(got - expected).max())
+            row["out"] = row["runnable"].run([xn])[0].to_numpy()
+            row["err"] = float(np.abs(row["out"] - expected).max())
         for _ in range(opts.runs):
             for row in rows.values():
                 t0 = time.perf_counter()
                 row["runnable"].run([xn])
                 row["times"].append(time.perf_counter() - t0)
 
-    print(f"ResNet-18 fixture, ln_structured(0.5, n=2, dim=0) on every conv, input "
-          f"1x3x{opts.size}x{opts.size}, {opts.runs} interleaved runs, torch threads "
-          f"{torch.get_num_threads()}")
+    print()
+    print(label)
     print(f"{'archive':<10} {'bytes':>12} {'params':>11} {'ops':>5} {'export s':>9} "
           f"{'load s':>7} {'run ms med':>10} {'run ms min':>10} {'max |err|':>10}")
     for name, row in rows.items():
@@ -83,10 +128,12 @@ def main(argv=None) -> int:
               f"{1e3 * statistics.median(row['times']):>10.2f} "
               f"{1e3 * min(row['times']):>10.2f} {row['err']:>10.2e}")
     p, c = rows["pruned"], rows["compacted"]
-    print(f"compacted / pruned: size {c['bytes'] / p['bytes']:.1%}, run time (median) "
-          f"{statistics.median(c['times']) / statistics.median(p['times']):.1%}, "
-          f"speed-up x{statistics.median(p['times']) / statistics.median(c['times']):.2f}")
-    return 0
+    size = c["bytes"] / p["bytes"]
+    run = statistics.median(c["times"]) / statistics.median(p["times"])
+    diff = float(np.abs(c["out"] - p["out"]).max())
+    print(f"compacted / pruned: size {size:.1%}, run time (median) {run:.1%}, speed-up "
+          f"x{1 / run:.2f}; max |compacted - pruned| {diff:.2e}")
+    return size, run, diff
 
 
 if __name__ == "__main__":

@@ -114,16 +114,6 @@ def test_per_channel_clamp_and_division_by_the_channel():
     assert _removed(r, "conv1") == 2
 
 
-class Concat(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 4, 1)
-        self.conv2 = nn.Conv2d(7, 2, 1)
-
-    def forward(self, x):
-        return self.conv2(torch.cat([torch.relu(self.conv1(x)), x], 1))
-
-
 class Depthwise(nn.Module):
     def __init__(self, groups):
         super().__init__()
@@ -204,8 +194,7 @@ def test_residual_adds_remove_the_channels_zero_in_every_branch():
 
 
 LEFT_ALONE = {
-    "concat": Concat,
-    "depthwise_consumer": lambda: Depthwise(4),
+    "depthwise_into_graph_output": lambda: Depthwise(4),
     "grouped_consumer": lambda: Depthwise(2),
     "grouped_producer": GroupedProducer,
     "graph_output": AlsoAnOutput,

@@ -56,9 +56,11 @@ ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "min": 2, "max": 2, "pow": 2, "
           "clamp": 3, "batch_normalization": 5}
 
 
-def weight_layers(g: Graph) -> list[Op]:
+def weight_layers(g: Graph, live: list[Op] | None = None) -> list[Op]:
+    """The convolutions and matrix products with a constant weight, of ``live`` (the live
+    ops of ``g`` when not given)."""
     out = []
-    for op in g.live_ops():
+    for op in (g.live_ops() if live is None else live):
         if op.kind == "conv" and len(op.args) >= 2 and is_const(op.args[1]):
             out.append(op)
         elif op.kind == "matmul" and linear_weight(op) is not None:
@@ -119,11 +121,12 @@ def variable_label(g: Graph, t: Tensor) -> str | None:
     return None
 
 
-def tensor_uses(g: Graph) -> dict[int, list]:
+def tensor_uses(g: Graph, live: list[Op] | None = None) -> dict[int, list]:
     """id(tensor) -> [(op, position)]; position is an arg index, or a tuple when the tensor
-    sits inside a list argument or an attribute (never a per-channel use)."""
+    sits inside a list argument or an attribute (never a per-channel use). ``live``: the
+    live ops of ``g``, when the caller has them."""
     uses: dict[int, list] = {}
-    for op in g.live_ops():
+    for op in (g.live_ops() if live is None else live):
         for i, a in enumerate(op.args):
             if isinstance(a, Tensor):
                 uses.setdefault(id(a), []).append((op, i))

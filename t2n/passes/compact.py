@@ -7,13 +7,15 @@ a flatten carry it on (``compact_layout``). So the channel goes: the producer's 
 bias lose it, so do the per-channel constants on the way, and each consumer (a convolution
 with ``groups = 1``, a matrix product over the channel axis) loses the matching input and
 folds what ``c`` contributed into its bias, ``bias[o] += c * sum(W[o, k, ...])`` (exact; a
-zero-padded consumer gets a border map instead, see ``_add_border_map``). A residual
-``add`` (any element-wise op combining the channels with another computed tensor) joins
-the weight layers behind its other operand to the plan: the channels zero in all of them
-go, from all of them. Anything else that reads a channel (a graph output, a
-concatenation, a grouped convolution) leaves the producer as it is: the pass never changes
-a result. Layers are
-visited last first, so a border map added after a consumer never blocks its own plan.
+zero-padded consumer gets a border map instead, see ``_add_border_map``). Which channels
+go is decided per *region* (``compact_region``): a residual ``add`` ties the channels of
+the weight layers behind both operands (the channels zero in all of them go, from all of
+them), a concatenation ties each input's channels to its slice of the result, and a
+depthwise convolution ties each input channel to its filters (a group whose filters are
+all zero makes its input channel dead: the layer producing it drops that channel too).
+Anything else that reads a channel (a graph input or output, a grouped convolution, an
+op the pass does not know) keeps it: the pass never changes a result. Layers are visited
+last first, so a border map added after a consumer never blocks its own plan.
 
 The pass runs for ``t2n.export(..., compact=True)`` and reports per-layer figures
 (sparsity, channels removed, parameters) in ``ExportResult.extras["layers"]`` and the
@@ -27,10 +29,9 @@ from dataclasses import dataclass
 import torch
 
 from ..builder import Graph, Op, Tensor
-from . import GraphPass, PassContext, compact_layout
-from .channels import (ARITY, ELEMENTWISE, conv_bias, is_const, is_output, linear_bias_add,
-                       linear_weight, op_order, per_channel, set_conv_bias, tensor_uses,
-                       variable_label, weight_layers)
+from . import GraphPass, PassContext, compact_layout, compact_region
+from .channels import (conv_bias, is_const, linear_bias_add, linear_weight, op_order,
+                       per_channel, set_conv_bias, tensor_uses, variable_label, weight_layers)
 
 
 @dataclass
@@ -123,245 +124,39 @@ def _layer_stats(g: Graph, op: Op, uses) -> LayerStats:
                       sparsity, channels, channels, params, params)
 
 
-# ---------------------------------------------------------------------------- graph index
-
 
 # ---------------------------------------------------------------------------- compaction
-@dataclass
-class _Plan:
-    producers: list  # the weight layers whose output channels these are
-    axis: int
-    zero: torch.Tensor  # bool [C]: filter all zero for the channel
-    chain: list  # per-channel element-wise ops, in graph order
-    tensors: list  # chain tensors (their channel axis shrinks)
-    values: dict  # id(chain tensor) -> per-channel constant of a zero channel [C]
-    consumers: list  # [(op, kind, exact)]
-    layout: dict  # id(chain tensor) -> (channel axis, features per channel): compact_layout
-
-
 def compact_graph(g: Graph) -> None:
-    """Remove every removable zero output channel (see the module docstring)."""
-    uses, order = tensor_uses(g), op_order(g)
-    for op in reversed(weight_layers(g)):  # last first (see the module docstring)
-        plan = _plan(g, op, uses, order)
-        if plan is not None and _apply(g, plan, uses):
-            uses, order = tensor_uses(g), op_order(g)
-
-
-def _source(op: Op):
-    """``(axis, channels, zero, c0)`` of a weight layer whose zero filters make constant
-    output channels: the channel axis of its output, the zero-filter mask and the constant
-    (its bias) of each channel; None when its channels cannot be removed."""
-    w = op.args[1]
-    if not w.dtype.is_floating_point:
-        return None
-    if op.kind == "conv":
-        if int(op.attrs.get("groups", 1)) != 1 or w.rank < 3:
-            return None
-        axis, channels = 1, int(w.shape[0])
-        zero = (w.value.reshape(channels, -1) == 0).all(dim=1)
-        bias = conv_bias(op)
-        has_bias = len(op.args) > 2 or "bias" in op.attrs
-        if has_bias and bias is None:
-            return None  # a computed bias: the channel is not constant
-        c0 = torch.zeros(channels, dtype=w.dtype)
-        if bias is not None:
-            vec = per_channel(bias, 2, 1, channels)
-            if vec is None:
-                return None
-            c0 = vec.to(w.dtype).clone()
-    else:
-        found = linear_weight(op)
-        if found is None:
-            return None
-        _, waxis = found
-        channels = int(w.shape[waxis])
-        other = w.rank - 1 if waxis == w.rank - 2 else w.rank - 2
-        zero = (w.value == 0).all(dim=other).reshape(-1)
-        axis = op.outputs[0].rank - 1
-        c0 = torch.zeros(channels, dtype=w.dtype)
-    out = op.outputs[0]
-    if out.rank <= axis or out.shape[axis] != channels:
-        return None
-    return axis, channels, zero, c0
-
-
-def _plan(g: Graph, op: Op, uses, order) -> _Plan | None:
-    """The channels of ``op`` and of every weight layer they are combined with.
-
-    From ``op``'s output, the pass follows every reader: per-channel ops and the layout ops
-    of ``compact_layout`` carry the channels on, weight layers contracting the channel axis
-    consume them, anything else ends the plan. An element-wise op that combines the
-    channels with another computed tensor (a residual ``add``) pulls that tensor in, back
-    through per-channel ops and pooling to the weight layers producing it: their channels
-    are the same channels, so the group removes only the channels zero in every producer
-    (the intersection), from every producer and every consumer alike."""
-    first = _source(op)
-    if first is None:
-        return None
-    axis, channels, zero, c0 = first
-    if not bool(zero.any()):
-        return None
-    out = op.outputs[0]
-    plan = _Plan([op], axis, zero.clone(), [], [out], {id(out): c0}, [], {id(out): (axis, 1)})
-    producer_of = {id(o): p for p in g.ops for o in p.outputs}
-    moved = set()  # ops that carry the channels without computing (compact_layout)
-    reached: dict[int, Op] = {}  # the ops computing channel tensors
-    stack: list = [out]
-
-    def pull(t: Tensor, lay: tuple) -> bool:
-        """Bring ``t`` (a computed operand beside the channels, layout ``lay``) into the
-        plan: back through its producers to weight layers of the same channels."""
-        if id(t) in plan.layout:
-            return plan.layout[id(t)] == lay
-        if lay[1] != 1 or t.rank <= lay[0] or t.shape[lay[0]] != channels:
-            return False
-        p = producer_of.get(id(t))
-        if p is None or len(p.outputs) != 1:
-            return False  # a graph input
-        plan.layout[id(t)] = lay
-        plan.tensors.append(t)
-        stack.append(t)
-        if p.kind in ("conv", "matmul") and id(p) in weight_set:
-            src = _source(p)
-            if src is None or src[:2] != (lay[0], channels) or src[3].dtype != c0.dtype:
-                return False
-            plan.producers.append(p)
-            plan.zero &= src[2]
-            plan.values[id(t)] = src[3]
-            return True
-        reached[id(p)] = p
-        if p.kind in ELEMENTWISE:
-            ins = [(a, lay) for a in p.args if isinstance(a, Tensor) and not a.is_const]
-        elif compact_layout.through(p, 0, p.args[0], lay, channels) == lay \
-                and p.kind in compact_layout.POOLING:
-            moved.add(id(p))
-            ins = [(p.args[0], lay)]
-        else:
-            return False
-        return all(pull(a, la) for a, la in ins)
-
-    weight_set = {id(w) for w in weight_layers(g)}
-    seen = set()
-    while stack:
-        t = stack.pop()
-        if id(t) in seen:
+    """Remove every removable channel (see the module docstring and ``compact_region``)."""
+    done: set[int] = set()  # weight layers whose region was planned already
+    cache: dict = {}  # compact_region.source of unchanged weight layers
+    live = g.live_ops()
+    uses, order = tensor_uses(g, live), op_order(g)
+    layers = weight_layers(g, live)
+    for op in reversed(layers):  # last first (see the module docstring)
+        if id(op) in done:
             continue
-        seen.add(id(t))
-        if is_output(g, t):
-            return None
-        for user, pos in uses.get(id(t), []):
-            if not isinstance(pos, int):
-                return None
-            lay = plan.layout[id(t)]
-            kind = _consumer_kind(user, pos, t, lay[0], channels * lay[1])
-            nxt = None if kind else compact_layout.through(user, pos, t, lay, channels)
-            if kind is not None:
-                plan.consumers.append((user, t, kind))
-            elif nxt is None and (user.kind not in ELEMENTWISE or len(user.outputs) != 1
-                                  or lay[1] != 1):
-                return None
-            elif id(user) not in reached:
-                reached[id(user)] = user
-                plan.layout[id(user.outputs[0])] = nxt or lay
-                moved.update([id(user)] if nxt else [])
-                stack.append(user.outputs[0])
-                if nxt is None:  # element-wise: computed operands are the same channels
-                    for a in user.args:
-                        if isinstance(a, Tensor) and not a.is_const and a is not t \
-                                and _same_shape(a, user.outputs[0]) and not pull(a, lay):
-                            return None
-    if not bool(plan.zero.any()):
-        return None
-    # evaluate them in graph order: an op may combine several chain tensors (x * sigmoid(x))
-    for user in sorted(reached.values(), key=lambda o: order[id(o)]):
-        ax = plan.layout[id(user.outputs[0])][0]
-        value = plan.values.get(id(user.args[0])) if id(user) in moved else \
-            _through(user, ax, channels, plan.values)
-        if value is None:
-            return None
-        o = user.outputs[0]
-        plan.chain.append(user)
-        if all(o is not t for t in plan.tensors):
-            plan.tensors.append(o)
-        plan.values[id(o)] = value
-    if not plan.consumers:
-        return None
-    return plan
-
-
-def _same_shape(a: Tensor, b: Tensor) -> bool:
-    return a.rank == b.rank and tuple(a.shape) == tuple(b.shape)
-
-
-def _consumer_kind(op: Op, pos: int, t: Tensor, axis: int, channels: int) -> str | None:
-    """'conv'/'linear' when ``op`` contracts the channel axis of ``t`` with a constant weight."""
-    if pos != 0 or len(op.outputs) != 1:
-        return None
-    if op.kind == "conv" and axis == 1 and len(op.args) >= 2 and is_const(op.args[1]) \
-            and int(op.attrs.get("groups", 1)) == 1 and op.args[1].shape[1] == channels:
-        bias = op.args[2] if len(op.args) > 2 else op.attrs.get("bias")
-        if bias is not None and not is_const(bias):
-            return None
-        if bias is not None and bias.rank and per_channel(bias, 2, 1, op.args[1].shape[0]) \
-                is None:
-            return None
-        return "conv"
-    if op.kind == "matmul" and axis == t.rank - 1 and linear_weight(op) is not None:
-        w, waxis = linear_weight(op)
-        in_axis = w.rank - 1 if waxis == w.rank - 2 else w.rank - 2
-        if w.shape[in_axis] == channels:
-            return "linear"
-    return None
-
-
-def _through(op: Op, axis: int, channels: int, values: dict):
-    """The per-channel constant of a zeroed channel after the element-wise ``op``, whose
-    tensor operands are chain tensors (in ``values``) or per-channel constants; None when
-    ``op`` is anything else."""
-    o = op.outputs[0]
-    chain = [a for a in op.args if isinstance(a, Tensor) and id(a) in values]
-    if not chain or o.rank != chain[0].rank or o.shape[axis] != channels:
-        return None
-    if op.kind in ARITY and len(op.args) != ARITY[op.kind]:
-        return None
-    if op.kind not in ARITY and len(op.args) != 1:
-        return None
-    if any(isinstance(v, Tensor) for v in op.attrs.values()):
-        return None
-    operands = []
-    for a in op.args:
-        if not isinstance(a, Tensor):
-            return None
-        if id(a) in values:
-            operands.append(values[id(a)])
+        region = compact_region.plan(g, op, uses, order, layers, _absorbable, cache)
+        done.add(id(op))
+        if region is None:
             continue
-        if not a.is_const:
-            return None
-        v = per_channel(a, o.rank, axis, channels)
-        if v is None:
-            return None
-        operands.append(v)
-    floats = [v.dtype for v in operands if v.dtype.is_floating_point]
-    if floats:  # tract has no implicit promotion: float operands share one dtype
-        operands = [v.to(floats[0]) if v.dtype.is_floating_point else v for v in operands]
-    with torch.no_grad():
-        try:
-            return ELEMENTWISE[op.kind](operands, op.attrs).to(o.dtype)
-        except (RuntimeError, TypeError):
-            return None
+        done.update(id(p) for p in region.producers)
+        done.update(id(p) for p, _ in region.depthwise)
+        before = len(g.ops)
+        _apply(g, region, uses)
+        if len(g.ops) != before:  # a border map or a bias add: the index is stale
+            live = g.live_ops()
+            uses, order = tensor_uses(g, live), op_order(g)
+            layers = weight_layers(g, live)
 
 
-def _removable(plan: _Plan) -> torch.Tensor:
-    """bool [C]: zero channels whose constant every consumer can absorb exactly."""
-    ok = plan.zero.clone()
-    for op, t, kind in plan.consumers:
-        c = plan.values[id(t)]
-        ok &= torch.isfinite(c)
-        if kind == "conv" and not _no_padding(op) and not _border_map_ok(op):
-            ok &= c == 0
-    if bool(ok.all()):  # keep one channel: tract has no empty convolutions
-        ok[0] = False
+def _absorbable(op: Op, value: torch.Tensor) -> torch.Tensor:
+    """bool [C]: the constant input channels ``value`` that consumer ``op`` can fold exactly
+    (into its bias; a zero-padded conv needs a border map, or a zero constant)."""
+    ok = torch.isfinite(value) if value.dtype.is_floating_point else \
+        torch.zeros(value.shape, dtype=torch.bool)
+    if op.kind == "conv" and not _no_padding(op) and not _border_map_ok(op):
+        ok &= value == 0
     return ok
 
 
@@ -380,16 +175,13 @@ def _no_padding(op: Op) -> bool:
     return all(int(a) == 0 and int(b) == 0 for a, b in pad)
 
 
-def _apply(g: Graph, plan: _Plan, uses) -> bool:
-    """Rewrite the graph for ``plan``; False when no channel can go."""
-    removed = _removable(plan)
-    if not bool(removed.any()):
-        return False
-    keep = torch.nonzero(~removed).reshape(-1)
-    gone = torch.nonzero(removed).reshape(-1)
-    axis, channels = plan.axis, int(removed.numel())
-    for op in plan.producers:
-        w = op.args[1]
+
+def _apply(g: Graph, r, uses) -> None:
+    """Rewrite the graph for the region ``r`` (``compact_region.plan``)."""
+    members = r.members
+    for op in r.producers:
+        m = members[id(op.outputs[0])]
+        w, keep, channels = op.args[1], m.keep, m.channels
         if op.kind == "conv":
             op.args[1] = _replace(g, w, w.value.index_select(0, keep))
             bias = conv_bias(op)
@@ -398,27 +190,37 @@ def _apply(g: Graph, plan: _Plan, uses) -> bool:
         else:
             _, waxis = linear_weight(op)
             op.args[1] = _replace(g, w, w.value.index_select(waxis, keep))
-    for user in plan.chain:
-        axis = plan.layout[id(user.outputs[0])][0]
+    for op, _ in r.depthwise:
+        x, y = members[id(op.args[0])], members[id(op.outputs[0])]
+        w = op.args[1]
+        op.args[1] = _replace(g, w, w.value.index_select(0, y.keep))
+        bias = conv_bias(op)
+        if bias is not None and bias.rank:
+            set_conv_bias(op, _replace(g, bias, _take(bias.value, 1, y.keep, y.channels)))
+        op.attrs["groups"] = int(x.keep.numel())
+    for user in r.chain:  # per-channel constant operands of element-wise ops
+        if user.kind == "concat" or user.kind in compact_layout.KINDS:
+            continue
+        m = members[id(user.outputs[0])]
         for i, a in enumerate(user.args):
-            if isinstance(a, Tensor) and id(a) not in plan.values and a.is_const \
-                    and axis < a.rank and a.shape[axis] == channels:
-                user.args[i] = _replace(g, a, a.value.index_select(axis, keep))
-    for t in plan.tensors:
-        shape, (axis, block) = list(t.shape), plan.layout[id(t)]
-        shape[axis] = int(keep.numel()) * block
-        t.shape = tuple(shape)
-    for user in plan.chain:
+            if isinstance(a, Tensor) and id(a) not in members and a.is_const \
+                    and m.axis < a.rank and a.shape[m.axis] == m.channels:
+                user.args[i] = _replace(g, a, a.value.index_select(m.axis, m.keep))
+    for m in members.values():
+        shape = list(m.t.shape)
+        shape[m.axis] = int(m.keep.numel()) * m.block
+        m.t.shape = tuple(shape)
+    for user in r.chain:
         compact_layout.resize(user)
-    for user, t, kind in plan.consumers:
-        c, block = plan.values[id(t)][gone], plan.layout[id(t)][1]
+    for user, t, kind in r.consumers:
+        m = members[id(t)]
+        c = m.value[m.gone]
         if kind == "conv":
-            _shrink_conv_input(g, user, keep, gone, c)
+            _shrink_conv_input(g, user, m.keep, m.gone, c)
         else:
-            _shrink_linear_input(g, user, compact_layout.features(keep, block),
-                                 compact_layout.features(gone, block),
-                                 c.repeat_interleave(block), uses)
-    return True
+            _shrink_linear_input(g, user, compact_layout.features(m.keep, m.block),
+                                 compact_layout.features(m.gone, m.block),
+                                 c.repeat_interleave(m.block), uses)
 
 
 def _take(v: torch.Tensor, axis: int, keep: torch.Tensor, channels: int) -> torch.Tensor:

@@ -27,6 +27,7 @@ from ..builder import Op, Tensor
 
 _REDUCE = ("mean_reduce", "max_reduce", "min_reduce")
 POOLING = ("max_pool", "avg_pool")
+KINDS = POOLING + _REDUCE + ("squeeze", "unsqueeze", "reshape")  # the ops ``through`` follows
 
 
 def _static(shape) -> bool:
