@@ -125,10 +125,24 @@ class Depthwise(nn.Module):
 
 
 class GroupedProducer(nn.Module):
+    """Zero filters 1 and 2 of three groups: removing them would leave the groups uneven."""
+
     def __init__(self):
         super().__init__()
-        self.conv1 = nn.Conv2d(4, 4, 1, groups=2, bias=False)
-        self.conv2 = nn.Conv2d(4, 3, 1)
+        self.conv1 = nn.Conv2d(3, 3, 1, groups=3, bias=False)
+        self.conv2 = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        return self.conv2(self.conv1(x))
+
+
+class GroupedConsumer(nn.Module):
+    """Zero channels 1 and 2 read by groups 0 and 1 of three: the groups would be uneven."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 6, 1, bias=False)
+        self.conv2 = nn.Conv2d(6, 3, 1, groups=3)
 
     def forward(self, x):
         return self.conv2(self.conv1(x))
@@ -195,8 +209,8 @@ def test_residual_adds_remove_the_channels_zero_in_every_branch():
 
 LEFT_ALONE = {
     "depthwise_into_graph_output": lambda: Depthwise(4),
-    "grouped_consumer": lambda: Depthwise(2),
-    "grouped_producer": GroupedProducer,
+    "grouped_consumer_uneven": GroupedConsumer,
+    "grouped_producer_uneven": GroupedProducer,
     "graph_output": AlsoAnOutput,
     "reshape": ReshapedAway,
 }

@@ -252,3 +252,34 @@ def test_depthwise_multiplier_two_removes_whole_filter_groups(tmp_path, dims, pa
     assert layers["pw"].channels_removed == groups_gone
     assert layers["dw"].channels_removed == 2 * groups_gone
     assert layers["out"].params_after == 3 * (8 - 2 * groups_gone) + 3
+
+
+# ---------------------------------------------------------------------------- grouped
+class Grouped(nn.Module):
+    """1x1 conv -> padded 3x3 conv in 3 groups -> 1x1 conv in 3 groups."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 6, 1)
+        self.g1 = nn.Conv2d(6, 6, 3, padding=1, groups=3)
+        self.out = nn.Conv2d(6, 3, 1, groups=3)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.g1(torch.relu(self.conv1(x)))))
+
+
+def test_grouped_convs_lose_as_many_channels_in_every_group(tmp_path):
+    """conv1's zero channels 0 | 2, 3 | 4 meet g1's groups of two: one goes from each
+    (its constant through g1's padding as a border map); g1's zero filters 1 | 2 | 5 are
+    one per group of g1 and of out: all three go."""
+    torch.manual_seed(7)
+    model = Grouped().eval()
+    _zero_rows(model.conv1, [0, 2, 3, 4])
+    _zero_rows(model.g1, [1, 2, 5])
+    with torch.no_grad():
+        model.conv1.bias[:] = torch.tensor([0.5, 0.1, -1.0, 0.7, 0.3, 0.2])
+    _, small = _differential(tmp_path, model, torch.randn(1, 4, 6, 6))
+    layers = _layers(small)
+    assert [layers[n].channels_removed for n in ("conv1", "g1")] == [3, 3]
+    assert layers["g1"].params_after == 3 * 1 * 9 + 3
+    assert layers["out"].params_after == 3 * 1 + 3

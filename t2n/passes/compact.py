@@ -4,8 +4,8 @@ A convolution (or a matrix product with a constant weight) whose filter is all z
 output channel computes a constant for it (its bias); per-channel ops after it (batch norm,
 scales, activations) make it another constant ``c``, and pooling, reductions, squeezes and
 a flatten carry it on (``compact_layout``). So the channel goes: the producer's filter and
-bias lose it, so do the per-channel constants on the way, and each consumer (a convolution
-with ``groups = 1``, a matrix product over the channel axis) loses the matching input and
+bias lose it, so do the per-channel constants on the way, and each consumer (a convolution,
+grouped or not, a matrix product over the channel axis) loses the matching input and
 folds what ``c`` contributed into its bias, ``bias[o] += c * sum(W[o, k, ...])`` (exact; a
 zero-padded consumer gets a border map instead, see ``_add_border_map``). Which channels
 go is decided per *region* (``compact_region``): a residual ``add`` ties the channels of
@@ -13,8 +13,9 @@ the weight layers behind both operands (the channels zero in all of them go, fro
 them), a concatenation ties each input's channels to its slice of the result, and a
 depthwise convolution ties each input channel to its filters (a group whose filters are
 all zero makes its input channel dead: the layer producing it drops that channel too).
-Anything else that reads a channel (a graph input or output, a grouped convolution, an
-op the pass does not know) keeps it: the pass never changes a result. Layers are visited
+A grouped convolution loses as many channels from every group (the fewest any group can
+lose). Anything else that reads a channel (a graph input or output, a transposed
+convolution, an op the pass does not know) keeps it: the pass never changes a result. Layers are visited
 last first, so a border map added after a consumer never blocks its own plan.
 
 The pass runs for ``t2n.export(..., compact=True)`` and reports per-layer figures
@@ -239,19 +240,41 @@ def _replace(g: Graph, old: Tensor, data: torch.Tensor) -> Tensor:
     return g.variable(data.clone(), variable_label(g, old))
 
 
+def _input_columns(wv: torch.Tensor, groups: int, keep, gone):
+    """(filter without the removed input channels, filter of the removed ones as
+    ``[O, removed, k...]``) of a conv with ``groups``: output channel ``o`` of group ``G``
+    reads input channel ``G * a + j`` through column ``j``, so each group keeps its own
+    columns (the plan removes as many from every group) and a removed channel's column is
+    zero for the other groups' outputs."""
+    if groups == 1:
+        return wv.index_select(1, keep), wv.index_select(1, gone)
+    a, per = int(wv.shape[1]), int(wv.shape[0]) // groups
+    kept, lost = [], torch.zeros((wv.shape[0], gone.numel()) + tuple(wv.shape[2:]),
+                                 dtype=wv.dtype)
+    for grp in range(groups):
+        rows = slice(grp * per, (grp + 1) * per)
+        mine = keep[(keep // a) == grp] - grp * a
+        kept.append(wv[rows].index_select(1, mine))
+        for j, i in enumerate(gone.tolist()):
+            if i // a == grp:
+                lost[rows, j] = wv[rows, i - grp * a]
+    return torch.cat(kept, 0), lost
+
+
 def _shrink_conv_input(g: Graph, op: Op, keep, gone, c) -> None:
     w = op.args[1]
     wv = w.value
+    w_keep, w_gone = _input_columns(wv, int(op.attrs.get("groups", 1)), keep, gone)
     delta = None
     if bool((c != 0).any()):
         spatial = list(range(2, wv.dim()))
-        sums = wv.index_select(1, gone).sum(dim=spatial)  # [O, removed]
+        sums = w_gone.sum(dim=spatial)  # [O, removed]
         delta = (sums.to(torch.float64) @ c.to(torch.float64)).to(wv.dtype)
-    op.args[1] = _replace(g, w, wv.index_select(1, keep))
+    op.args[1] = _replace(g, w, w_keep)
     if delta is None:
         return
     if not _no_padding(op):
-        _add_border_map(g, op, wv.index_select(1, gone), c)
+        _add_border_map(g, op, w_gone, c)
         return
     out_ch = int(wv.shape[0])
     bias = conv_bias(op)

@@ -13,16 +13,18 @@ weight layer, found by following the graph both ways from its output:
   channel) ties input channel ``i`` to its output channels ``i*k .. i*k + k-1``.
 
 Tied channels form a *unit* (union-find): a unit is removed from every tensor holding it, or
-from none. The region ends at weight layers producing channels (a ``groups = 1`` conv or a
-matrix product with a constant weight: it drops output rows) and at weight layers
-contracting the channel axis (*consumers*: they drop input channels and fold what the
+from none. The region ends at weight layers producing channels (a conv that is not
+depthwise, or a matrix product with a constant weight: it drops output rows) and at weight
+layers contracting the channel axis (*consumers*: they drop input channels and fold what the
 removed channels contributed into their bias, which needs the channel to be a known
-per-channel constant). Anything else touching a channel (a graph input or output, a
-constant operand of a concat, a grouped convolution, an op the pass does not know) *blocks*
-its units: they stay. So a unit goes when nothing blocks it and every consumer reading it
-reads a constant: a zero filter's bias carried through per-channel ops, or a channel that is
-dead because every op reading it drops it (the input channel of a depthwise filter pruned
-to zero). Constants are evaluated per channel, in graph order, with torch.
+per-channel constant). A grouped conv producing or reading channels must lose as many from
+each of its groups: the plan keeps the surplus (``_keep_shapes``). Anything else touching a
+channel (a graph input or output, a constant operand of a concat, a transposed conv, an op
+the pass does not know) *blocks* its units: they stay. So a unit goes when nothing blocks
+it and every consumer reading it reads a constant: a zero filter's bias carried through
+per-channel ops, or a channel that is dead because every op reading it drops it (the input
+channel of a depthwise filter pruned to zero). Constants are evaluated per channel, in
+graph order, with torch.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ class Region:
     depthwise: list = field(default_factory=list)  # (op, k): channel-wise convolutions
     chain: list = field(default_factory=list)  # element-wise / layout / concat ops, in order
     consumers: list = field(default_factory=list)  # (op, tensor, "conv" | "linear")
+    # (member, n): a grouped conv reads or writes its channels in groups of n, and every
+    # group must lose as many channels as the others
+    balanced: list = field(default_factory=list)
 
 
 class _Stop(Exception):
@@ -70,14 +75,15 @@ class _Stop(Exception):
 
 
 def source(op: Op):
-    """``(axis, channels, zero, c0)`` of a ``groups = 1`` weight layer: the channel axis of
-    its output, the zero-filter mask and the constant (its bias) of each zeroed channel;
-    None when its output channels cannot be removed."""
+    """``(axis, channels, zero, c0)`` of a weight layer (a conv, grouped or not, or a matrix
+    product): the channel axis of its output, the zero-filter mask and the constant (its
+    bias) of each zeroed channel; None when its output channels cannot be removed."""
     w = op.args[1]
     if not w.dtype.is_floating_point:
         return None
     if op.kind == "conv":
-        if int(op.attrs.get("groups", 1)) != 1 or w.rank < 3:
+        groups = int(op.attrs.get("groups", 1))
+        if w.rank < 3 or groups < 1 or int(w.shape[0]) % groups:
             return None
         axis, channels = 1, int(w.shape[0])
         zero = (w.value.reshape(channels, -1) == 0).all(dim=1)
@@ -131,8 +137,11 @@ def consumer_kind(op: Op, pos, t: Tensor, axis: int, channels: int) -> str | Non
     """'conv'/'linear' when ``op`` contracts the channel axis of ``t`` with a constant weight."""
     if pos != 0 or len(op.outputs) != 1:
         return None
+    groups = int(op.attrs.get("groups", 1))
     if op.kind == "conv" and axis == 1 and len(op.args) >= 2 and is_const(op.args[1]) \
-            and int(op.attrs.get("groups", 1)) == 1 and op.args[1].shape[1] == channels:
+            and op.args[1].shape[1] * groups == channels \
+            and (groups == 1 or depthwise_k(op) is None) \
+            and int(op.args[1].shape[0]) % groups == 0:
         bias = op.args[2] if len(op.args) > 2 else op.attrs.get("bias")
         if bias is not None and not is_const(bias):
             return None
@@ -249,6 +258,9 @@ class _Builder:
                 return
             self.produced.add(id(p))
             self.r.producers.append(p)
+            groups = int(p.attrs.get("groups", 1)) if p.kind == "conv" else 1
+            if groups > 1:
+                self.r.balanced.append((m, m.channels // groups))
             return
         if not self.channelwise(p, m):
             self.block(m)
@@ -270,6 +282,8 @@ class _Builder:
             if kind is not None:
                 if all(u is not user for u, _, _ in self.r.consumers):
                     self.r.consumers.append((user, m.t, kind))
+                    if kind == "conv" and int(user.attrs.get("groups", 1)) > 1:
+                        self.r.balanced.append((m, int(user.args[1].shape[1])))
                 continue
             if pos == 0 and user.kind in compact_layout.KINDS:
                 nxt = compact_layout.through(user, pos, m.t, (m.axis, m.block), m.channels)
@@ -467,9 +481,8 @@ def plan(g: Graph, root: Op, uses, order, layers, absorbable, cache) -> Region |
         unabsorbed.update(m.units[c] for c in range(m.channels) if not bool(ok[c]))
     root = [b.find(u) for u in range(len(b.parent))]
     stays = {root[u] for u in b.blocked | unabsorbed}
-    for m in r.members.values():  # tract has no empty tensors: each keeps one channel
-        if all(root[u] not in stays for u in m.units):
-            stays.add(root[m.units[0]])
+    while _keep_shapes(r, root, stays):
+        pass
     any_gone = False
     for m in r.members.values():
         go = torch.tensor([root[u] not in stays for u in m.units], dtype=torch.bool)
@@ -477,3 +490,23 @@ def plan(g: Graph, root: Op, uses, order, layers, absorbable, cache) -> Region |
         m.gone = torch.nonzero(go).reshape(-1)
         any_gone |= bool(go.any())
     return r if any_gone else None
+
+
+def _keep_shapes(r: Region, root: list, stays: set) -> bool:
+    """Keep more units where removing them would leave a tensor empty (tract has none) or
+    the groups of a grouped conv uneven (each keeps the same count, at least one); True
+    when it added any (the caller repeats: a kept unit may sit in several groups)."""
+    added = False
+    for m in r.members.values():
+        if all(root[u] not in stays for u in m.units):
+            stays.add(root[m.units[0]])
+            added = True
+    for m, n in r.balanced:
+        goes = [[c for c in range(start, start + n) if root[m.units[c]] not in stays]
+                for start in range(0, m.channels, n)]
+        least = min(min(len(x) for x in goes), n - 1)
+        for x in goes:
+            for c in x[least:]:
+                stays.add(root[m.units[c]])
+                added = True
+    return added
