@@ -13,7 +13,9 @@ constructors with random weights, no download), a child process exports
 then ONE tract process loads and runs the two alternately (so that load from other
 processes on the machine hits both alike) and prints, per model: op count (t2n's NNEF ops
 against the ONNX file's nodes, and both after tract's optimiser), load time
-(load + ``into_runnable``, median of ``--repeat``, with the loaders made once per process)
+(load + ``into_runnable``, median of ``--repeat``, with the loaders made once per process;
+the summary adds the ratio of the loads' CPU time, which waits for other processes on a
+loaded machine do not inflate)
 and run time (median of ``--runs`` alternating runs; the best run too), with the ratios
 t2n / ONNX. The summary gives the geometric means and
 the worst model of each ratio. A model one route of which tract cannot load (tract's ONNX
@@ -219,14 +221,16 @@ def _measure(job: dict) -> dict:
             out[f"{k}_error"] = " / ".join(ln.strip() for ln in msg if ln.strip())[:300]
             del routes[k]
     loads = {k: [] for k in routes}
+    load_cpu = {k: [] for k in routes}  # CPU time: what the load costs, without the waits
     runs = {k: [] for k in routes}
     runnables = {}
     for i in range(job["repeat"]):
         order = list(routes) if i % 2 == 0 else list(routes)[::-1]
         for k in order:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             runnables[k] = routes[k]()
             loads[k].append(time.perf_counter() - t0)
+            load_cpu[k].append(time.process_time() - c0)
     for k, r in runnables.items():
         got = r.run(inputs)[0].to_numpy()
         out[f"{k}_err"] = float(np.max(np.abs(got - ref))) if got.shape == ref.shape else None
@@ -242,6 +246,7 @@ def _measure(job: dict) -> dict:
         out[f"{k}_run_s"] = statistics.median(runs[k])
         out[f"{k}_run_min_s"] = min(runs[k])
         out[f"{k}_load_min_s"] = min(loads[k])
+        out[f"{k}_load_cpu_s"] = statistics.median(load_cpu[k])
         try:
             nodes = _optimised_nodes(runnables[k], inputs)
             out[f"{k}_opt_nodes"] = len(nodes)
@@ -329,6 +334,7 @@ def main(argv=None) -> int:
         r["load_ratio"] = _ratio(r["t2n_load_s"], r["onnx_load_s"])
         r["run_ratio"] = _ratio(r["t2n_run_s"], r["onnx_run_s"])
         r["run_min_ratio"] = _ratio(r["t2n_run_min_s"], r["onnx_run_min_s"])
+        r["load_cpu_ratio"] = _ratio(r.get("t2n_load_cpu_s"), r.get("onnx_load_cpu_s"))
         rows[name] = r
         err = lambda v: "-" if v is None else f"{v:.1e}"  # noqa: E731
         print(f"{name:20} {r['t2n_ops']:7d} {r['onnx_ops']:5d} {r['t2n_opt_nodes'] or 0:7d} "
@@ -345,7 +351,10 @@ def main(argv=None) -> int:
             print(f"{label:9} t2n/onnx: geomean {g:.3f}, worst {worst} "
                   f"{ok[worst][key]:.3f}, best {min(ok, key=lambda k: ok[k][key])} "
                   f"{min(r[key] for r in ok.values()):.3f}")
-        for key, label in (("run_min_ratio", "run time (best of runs)"),):
+        for key, label in (("run_min_ratio", "run time (best of runs)"),
+                           ("load_cpu_ratio", "load CPU time (process time, median)")):
+            if not all(r.get(key) for r in ok.values()):
+                continue
             g = _geomean([r[key] for r in ok.values()])
             worst = max(ok, key=lambda k: ok[k][key])
             print(f"{label} t2n/onnx: geomean {g:.3f}, worst {worst} {ok[worst][key]:.3f}")
