@@ -104,3 +104,23 @@ def _kept(path: str) -> str:
     else:
         shutil.copy2(path, target)
     return f" [archive kept in {target}]"
+
+
+def tract_ops(archive, symbols: dict | None = None) -> dict[str, int]:
+    """How many nodes of each op tract's optimised model of ``archive`` runs (symbols bound
+    to ``symbols``, else 1), from one profiled run in a child process: pins what tract makes
+    of an archive, e.g. that no ``Cast`` of a weight or ``OptMatMulPack`` of a constant is
+    left to run at every inference."""
+    import json
+    import subprocess
+
+    from .tract_runner import _child
+
+    with tempfile.TemporaryDirectory(prefix="t2n-ops-") as d:
+        cmd, kw = _child([os.path.abspath(str(archive)), json.dumps(symbols or {})], d,
+                         module="t2n.tract_cost")
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                           stdin=subprocess.DEVNULL, **kw)
+    if p.returncode != 0:
+        raise AssertionError(f"tract could not profile {archive}: {p.stderr[-2000:]}")
+    return json.loads(p.stdout)["ops"]

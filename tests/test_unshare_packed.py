@@ -10,14 +10,11 @@ the outputs must match PyTorch."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 import torch
 
 import t2n
+from t2n.testing import tract_ops
 
 VOCAB, DIM = 11000, 96  # 4.2 MB of float32: just over tract's 4 MiB fold budget
 
@@ -58,13 +55,6 @@ class LeftWeight(torch.nn.Module):
         return self.w @ x, (self.w if self.v is None else self.v) * x[0, 0]
 
 
-def _tract_ops(path) -> dict:
-    out = subprocess.run([sys.executable, "-m", "t2n.tract_cost", str(path), "{}"],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout)["ops"]
-
-
 CASES = {
     "tied_embedding_head": (TiedLM, lambda: (torch.randint(0, VOCAB, (1, 7)),)),
     "weight_as_left_operand": (LeftWeight, lambda: (torch.randn(1000, 3),)),
@@ -80,7 +70,7 @@ def test_shared_weight_is_packed_once_at_load(case, tmp_path):
     assert result.op_histogram.get("slice", 0) >= 2, f"{case}: no product reads slices"
     twin = make(False).eval()
     t2n.export(twin, x, str(tmp_path / "twin.nnef.tar"), quiet=True)
-    shared, untied = _tract_ops(tmp_path / "shared.nnef.tar"), _tract_ops(tmp_path / "twin.nnef.tar")
+    shared, untied = tract_ops(tmp_path / "shared.nnef.tar"), tract_ops(tmp_path / "twin.nnef.tar")
     packs, twin_packs = shared.get("OptMatMulPack", 0), untied.get("OptMatMulPack", 0)
     assert packs <= twin_packs, (
         f"{case}: tract packs {packs - twin_packs} more operand(s) at every run than for the "
@@ -108,3 +98,17 @@ def test_small_shared_weight_is_left_alone(tmp_path):
     result = t2n.export(Small().eval(), (torch.randint(0, 1000, (1, 5)),),
                         str(tmp_path / "small.nnef.tar"), check=True, quiet=True)
     assert "slice" not in result.op_histogram and "concat" not in result.op_histogram
+
+
+def test_tied_head_with_f16_weights_is_cast_and_packed_at_load(tmp_path):
+    """weights="f16": the table is stored once in f16, cast back in foldable pieces, and
+    the head's halves are packed at load as in float32."""
+    torch.manual_seed(0)
+    x = (torch.randint(0, VOCAB, (1, 7)),)
+    t2n.export(TiedLM(True).eval(), x, str(tmp_path / "tied.nnef.tar"), weights="f16",
+               check=True, quiet=True)
+    t2n.export(TiedLM(False).eval(), x, str(tmp_path / "twin.nnef.tar"), weights="f16",
+               quiet=True)
+    tied, twin = tract_ops(tmp_path / "tied.nnef.tar"), tract_ops(tmp_path / "twin.nnef.tar")
+    assert "Cast" not in tied, f"tract casts a weight at every run: {tied}"
+    assert tied.get("OptMatMulPack", 0) <= twin.get("OptMatMulPack", 0), (tied, twin)

@@ -18,15 +18,16 @@ unchanged (the same variable, one copy on disk); tract holds the table for the o
 plus the packed halves, as it would for an untied model. The outputs are the same numbers:
 each output column is the same dot product of the same values.
 
-Only float weights stored as they are (not ``weights="f16"|"q4_0"``, whose casts and blocks
-tract treats otherwise), for the tract target.
+Float weights, stored as they are or as f16 (the writer casts those back in pieces that
+tract folds, see ``writer._cast_back``); not Q4_0 blocks, which tract multiplies directly;
+for the tract target.
 """
 
 from __future__ import annotations
 
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
-from .rewrite import Index, compressing, enabled, read_elsewhere
+from .rewrite import Index, enabled, read_elsewhere
 
 # tract's CONST_FOLD_MEM_BUDGET (core/src/optim/mod.rs): a shared constant up to this size is
 # folded (and packed) anyway
@@ -35,7 +36,7 @@ _SHAPE_OPS = ("reshape", "unsqueeze", "squeeze")
 
 
 def run(g: Graph, ctx) -> None:
-    if not enabled(ctx) or compressing(ctx) or ctx.target != "tract":
+    if not enabled(ctx) or ctx.target != "tract" or ctx.options.get("weights") == "q4_0":
         return
     variables = {id(v.tensor) for v in g.variables}
     index = Index(g)
