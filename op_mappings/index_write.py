@@ -220,7 +220,7 @@ def put(g, self, index, source, accumulate=False):
     from op_mappings.helpers.indexing import flatten_all
 
     flat = flatten_all(g, self)
-    idx = normalized(g, g.reshape(index, [-1]) if index.rank != 1 else index, flat, 0)
+    idx = normalized(g, flatten_all(g, index) if index.rank != 1 else index, flat, 0)
     src = g.cast(source, self.dtype)
     src = g.reshape(src, list(idx.shape)) if src.rank != 1 else src
     out = index_put(g, flat, [idx], src, accumulate)

@@ -204,6 +204,8 @@ def sum_to_size(g, self, size):
 def diff(g, self, n=1, dim=-1, prepend=None, append=None):
     axis = dim % self.rank
     x = self
+    if n == 0:  # PyTorch returns the input itself, without prepend/append
+        return x
     parts = [p for p in (prepend, x, append) if p is not None]
     if len(parts) > 1:
         x = g.concat([g.cast(p, self.dtype) for p in parts], axis)

@@ -249,21 +249,28 @@ def cdist(g, x1, x2, p=2.0, compute_mode=None):
 
 @aten("cosine_similarity")
 def cosine_similarity(g, x1, x2, dim=1, eps=1e-8):
+    """PyTorch's steps: both inputs broadcast to one shape, each divided by its 2-norm over
+    ``dim`` (clamped to ``eps``), the product summed over ``dim``. The norms and the sum
+    accumulate in float32 for float16 inputs and round once; the divisions and the product
+    round in the dtype (a half model's composite rounds after each step)."""
+    from t2n.tensors import broadcast_shapes
+
     d = g.out_dtype()
-    rank = max(x1.rank, x2.rank)
-    a = g.unsqueeze_to_rank(g.cast(x1, d), rank)
-    b = g.unsqueeze_to_rank(g.cast(x2, d), rank)
-    if rank == 0:
-        a, b, rank = g.reshape(a, [1]), g.reshape(b, [1]), 1
-    axis = dim % rank
-    dot = g.reduce("sum_reduce", g.binary("mul", a, b, d), [axis], keepdim=False)
-    na = g.reduce("sum_reduce", g.binary("mul", a, a, d), [axis], keepdim=False)
-    nb = g.reduce("sum_reduce", g.binary("mul", b, b, d), [axis], keepdim=False)
-    # torch clamps each squared norm with eps^2 and divides by sqrt of the product
-    e2 = float(eps) * float(eps)
-    na = g.binary("max", na, e2, d)
-    nb = g.binary("max", nb, e2, d)
-    return g.binary("div", dot, g.unary("sqrt", g.binary("mul", na, nb, d)), d)
+    acc = torch.float32 if d == torch.float16 else d
+    shape = list(broadcast_shapes(x1.shape, x2.shape))
+    a, b = (g.broadcast_to(g.cast(x, d), shape) for x in (x1, x2))
+    if not shape:
+        a, b, shape = g.reshape(a, [1]), g.reshape(b, [1]), [1]
+    axis = dim % len(shape)
+
+    def unit(x):
+        w = g.cast(x, acc)
+        norm = g.unary("sqrt", g.reduce("sum_reduce", g.binary("mul", w, w, acc), [axis],
+                                        keepdim=True))
+        return g.binary("div", x, g.binary("max", g.cast(norm, d), float(eps), d), d)
+
+    prod = g.binary("mul", unit(a), unit(b), d)
+    return g.cast(g.reduce("sum_reduce", g.cast(prod, acc), [axis], keepdim=False), d)
 
 
 @aten("pdist", "_pdist_forward")

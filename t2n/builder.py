@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from . import dtypes
+from . import dtypes, opmath
 from .errors import ConversionError
 # The handles (t2n.tensors) and the NNEF spelling of names, dims and values (t2n.nnef_text)
 # live in their own modules; their public names are re-exported here, where mappings,
@@ -319,6 +319,11 @@ class Graph:
             kind = _BOOL_FORMS[kind]
         a = self.as_tensor(a, dtype)
         b = self.as_tensor(b, dtype)
+        if dtype == torch.float16 and kind in opmath.TRACT_F16_WIDENED:
+            # tract's f16 kernel is not correctly rounded: PyTorch's float op, rounded once
+            wide = self.binary(kind, self.cast(a, torch.float32), self.cast(b, torch.float32),
+                               torch.float32)
+            return self.cast(wide, out_dtype or dtype)
         rank = max(a.rank, b.rank)
         # a rank-0 literal broadcasts against any rank in tract's binary ops
         if not (a.rank == 0 and a.literal is not None):

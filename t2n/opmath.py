@@ -14,9 +14,10 @@ element-wise ops tract evaluates with one rounding (add, mul, div, sqrt, compari
 selections), shape and indexing ops, and the ops PyTorch itself computes step by step in
 float16: ``prod`` multiplies half values (it overflows where an f32 product would not),
 ``scatter_add``/``index_add`` accumulate into the f16 output, the composite ops
-(``linalg_vecdot``, ``cov``/``corrcoef``, ``cosine_embedding_loss``, ``soft_margin_loss``,
-the trapezoid rules) round after each of their aten steps, ``logit`` and ``xlogy`` round
-their intermediate, and ``conv_transpose`` accumulates its im2col columns in f16.
+(``linalg_vecdot``, ``cov``/``corrcoef``, ``cosine_similarity``, ``cosine_embedding_loss``,
+``soft_margin_loss``, the trapezoid rules) round after each of their aten steps, ``logit``
+and ``xlogy`` round their intermediate, and ``conv_transpose`` accumulates its im2col
+columns in f16.
 Mappings of ops whose PyTorch steps matter in f16 follow those steps themselves
 (``addr``, ``bilinear``, ``addbmm`` in op_mappings/products.py). Ops in
 :data:`_HALF_WEIGHTS` compute in float32 but PyTorch stores their computed weights as
@@ -73,7 +74,6 @@ _RESAMPLING = {
 # --- distances: differences, squares and sums in float -------------------------------
 _DISTANCES = {
     "dist", "cdist", "_cdist_forward", "pdist", "_pdist_forward", "pairwise_distance",
-    "cosine_similarity",
 }
 # --- element-wise kernels evaluated as one float formula (Vectorized<Half> converts to
 # float, computes, rounds once); t2n lowers most of them to several NNEF ops -------------
@@ -83,7 +83,7 @@ _FORMULAS = {
     "log_sigmoid", "glu", "sigmoid", "tanh",
     # blends
     "lerp", "addcmul", "addcdiv", "hypot", "logaddexp", "logaddexp2", "atan2", "arctan2",
-    "copysign",
+    "copysign", "fmod", "remainder",
     # transcendental functions
     "exp", "exp2", "special_exp2", "expm1", "special_expm1", "log", "log2", "log10", "log1p",
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
@@ -115,6 +115,12 @@ _LOSSES = {
 # uses for small outputs (see op_mappings/interpolate.py), keeps float weights.
 _HALF_WEIGHTS = {"upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d",
                  "upsample_bicubic2d"}
+
+# tract kernels that are not correctly rounded in float16 (its f16 division multiplies by
+# the reciprocal: one ulp off on about a quarter of random operands, which linspace's step
+# multiplies). PyTorch's Half division is a float division rounded once: the builder emits
+# that for every f16 division, an aten op's or a lowering's.
+TRACT_F16_WIDENED = frozenset({"div"})
 
 F32_OPS = frozenset(_REDUCTIONS | _NORMS | _SOFTMAX | _PRODUCTS | _RESAMPLING | _DISTANCES
                     | _FORMULAS | _LOSSES)

@@ -93,7 +93,10 @@ def test_statistics_and_norms():
                                  torch.linalg.vector_norm(x, 3.5, (1, 2)),
                                  torch.linalg.matrix_norm(x, "fro"),
                                  torch.nanmean(x.masked_fill(x > 1, math.nan), 1),
-                                 torch.cdist(x, x), torch.histc(x, 7, -1, 1))), (x,))
+                                 torch.cdist(x, x), torch.histc(x, 7, -1, 1),
+                                 # norms over the broadcast shape
+                                 torch.cosine_similarity(x[:1], x[:, :1], dim=1),
+                                 torch.diff(x, n=0, dim=1, prepend=x[:, :2]))), (x,))
 
 
 def test_products():

@@ -47,6 +47,8 @@ CASES = {
     "non_adjacent_broadcast_value": (put("t", ":", "t"), (X, L([3, 0]), L([2, 0]),
                                                          torch.randn(5))),
     "index_0d": (lambda x, i, v: torch.index_put(x, (i,), v), (X, L(-2), torch.randn(5, 3))),
+    "put_index_0d": (lambda x, i, v: (torch.put(x, i, v), torch.put(x, i, v, accumulate=True)),
+                     (X, L(7), torch.randn(1))),
     "index_int32": (put(":", "t"), (X, L([1, 3], dtype=torch.int32), torch.randn(4, 2, 3))),
     "empty_index": (put("t"), (X, torch.zeros(0, dtype=torch.long), torch.randn(0, 5, 3))),
     "int_tensor": (put("t", "t"), (torch.randint(0, 9, (3, 4)), L([2, 0]), L([1, 3]),

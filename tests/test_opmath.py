@@ -79,6 +79,18 @@ def test_half_interpolation_rounds_its_weights_as_pytorch():
         F.interpolate(seq, size=37, mode="linear"))), (img, vol, seq), rtol=RTOL, atol=ATOL)
 
 
+def test_half_division_and_remainders_round_once_as_pytorch():
+    """tract's f16 division multiplies by a reciprocal (one ulp off on a quarter of the
+    operands, which linspace's step multiplies by up to 49 here); PyTorch divides in float
+    and rounds once. fmod and remainder are exact in float before that rounding."""
+    torch.manual_seed(0)
+    h = torch.float16
+    a, b = (torch.randn(5, 10, 5) * 5).to(h), (torch.randn(10, 5) * 2).to(h)
+    assert_exports(FunctionModule(lambda a, b, start: (
+        torch.linspace(start, 50, 50, dtype=h), torch.fmod(a, b), torch.remainder(a, b),
+        a / b)), (a, b, torch.tensor(-3.0)), rtol=RTOL, atol=ATOL)
+
+
 def test_float32_graphs_get_no_casts():
     """The rules only touch f16 nodes: an f32 model's graph has no tract_core_cast."""
     torch.manual_seed(0)
