@@ -79,20 +79,27 @@ def binary_cross_entropy(g, self, target, weight=None, reduction=1):
 
 @aten("binary_cross_entropy_with_logits")
 def bce_with_logits(g, self, target, weight=None, pos_weight=None, reduction=1):
+    """PyTorch's composite, step by step in the dtype: ``log_sigmoid(x)`` (one float formula,
+    rounded once), times ``(pos_weight - 1) * target + 1``, subtracted from
+    ``(1 - target) * x``, times ``weight``; the reduction accumulates in float (float32 for
+    float16 inputs, rounded once)."""
     x, t, w, pw, d = _f(g, self, target, weight, pos_weight)
-    # log(1 + exp(-|x|)) + max(-x, 0) = -log(sigmoid(x))
-    softplus = g.binary("add", log1p_of(g, g.unary("exp", g.unary("neg", g.unary("abs", x)))),
-                        g.binary("max", g.unary("neg", x), 0.0, d), d)
+    acc = torch.float32 if d == torch.float16 else d
+    xa = g.cast(x, acc)
+    # log_sigmoid(x) = min(x, 0) - log(1 + exp(-|x|))
+    softplus = g.binary("add", log1p_of(g, g.unary("exp", g.unary("neg", g.unary("abs", xa)))),
+                        g.binary("max", g.unary("neg", xa), 0.0, acc), acc)
+    log_sig = g.cast(g.unary("neg", softplus), d)
     one = g.scalar(1.0, d)
     if pw is not None:
-        coef = g.binary("add", one, g.binary("mul", g.binary("sub", pw, one, d), t, d), d)
-        loss = g.binary("add", g.binary("mul", g.binary("sub", one, t, d), x, d),
-                        g.binary("mul", coef, softplus, d), d)
-    else:
-        loss = g.binary("add", g.binary("mul", g.binary("sub", one, t, d), x, d), softplus, d)
+        log_weight = g.binary("add", g.binary("mul", g.binary("sub", pw, one, d), t, d), one, d)
+        log_sig = g.binary("mul", log_sig, log_weight, d)
+    loss = g.binary("sub", g.binary("mul", g.binary("sub", one, t, d), x, d), log_sig, d)
     if w is not None:
         loss = g.binary("mul", loss, w, d)
-    return _reduce(g, loss, reduction)
+    if reduction == 0:
+        return loss
+    return g.cast(_reduce(g, g.cast(loss, acc), reduction), d)
 
 
 @aten("kl_div")

@@ -39,14 +39,17 @@ def test_half_ops_compute_in_f32_as_pytorch():
 
 class StepwiseHalf(torch.nn.Module):
     """Ops PyTorch computes step by step in f16: prod's intermediate overflows, addr rounds
-    ``alpha * vec1`` first, bilinear rounds ``x1 W`` before contracting with x2."""
+    ``alpha * vec1`` first, bilinear rounds ``x1 W`` before contracting with x2,
+    binary_cross_entropy_with_logits rounds log_sigmoid and each product."""
 
     def __init__(self):
         super().__init__()
         self.bil = torch.nn.Bilinear(16, 12, 5)
 
     def forward(self, p, s, v1, v2, a, b):
-        return (p.prod(-1), torch.addr(s, v1, v2, beta=0.3, alpha=0.7), self.bil(a, b))
+        return (p.prod(-1), torch.addr(s, v1, v2, beta=0.3, alpha=0.7), self.bil(a, b),
+                F.binary_cross_entropy_with_logits(s, (s * v1[:, None]).sigmoid(), reduction="none",
+                                                   pos_weight=v2.abs()))
 
 
 def test_half_stepwise_ops_round_as_pytorch():
