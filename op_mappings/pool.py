@@ -24,6 +24,7 @@ import math
 
 import torch
 
+from op_mappings.helpers.integer_conv import integer_conv
 from op_mappings.helpers.matrix import matmul_nd
 from op_mappings.helpers.windows import as_list, window_geometry
 from t2n.registry import aten
@@ -77,10 +78,14 @@ def max_pool3d(g, self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode
 @_unbatched
 def _avg_pool(g, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
               divisor_override, n):
-    if not self.dtype.is_floating_point:
-        raise g.error(f"self: average pooling of {self.dtype} tensors is not supported")
+    if self.dtype == torch.bool:
+        raise g.error("self: average pooling of torch.bool tensors is not supported "
+                      "(PyTorch has none either)")
     lead, k, s, p, d, sizes, extra = window_geometry(g, self, kernel_size, stride, padding, 1,
                                                ceil_mode, n)
+    if not self.dtype.is_floating_point:
+        return _integer_avg_pool(g, self, lead, k, s, p, sizes, extra, count_include_pad,
+                                 divisor_override)
     out_shape = list(self.shape[:lead]) + sizes
     x = self
     if any(p[i] and g.streams(x, lead + i) for i in range(n)):
@@ -109,6 +114,42 @@ def _avg_pool(g, self, kernel_size, stride, padding, ceil_mode, count_include_pa
     border = "ignore" if any(a or b for a, b in pads) else "constant"
     return g.op("avg_pool", x, border=border, out_shape=out_shape,
                 **_attrs(lead, k, s, d, pads))
+
+
+def _integer_avg_pool(g, x, lead, k, s, p, sizes, extra, count_include_pad,
+                      divisor_override):
+    """PyTorch's integer average: the window's integer sum (a depthwise integer convolution
+    of ones, exact) divided with truncation by the kernel's divisor, which depends on the
+    geometry only (a constant): the window clipped to input + padding when the padding
+    counts, to the input when it does not; 0 where a window holds no input."""
+    n = len(k)
+    if divisor_override is not None and divisor_override == 0:
+        raise g.error("divisor_override: must not be zero")
+    if any(not isinstance(x.shape[lead + i], int) for i in range(n)):
+        raise g.error("self: integer average pooling over a dynamic axis is not supported")
+    c = x.shape[lead - 1]
+    xb = g.unsqueeze(x, [0]) if lead == 1 else x
+    ones = g.const(torch.ones([c, 1] + list(k), dtype=x.dtype))
+    total = integer_conv(g, xb, ones, None, s, [(p[i], p[i] + extra[i]) for i in range(n)],
+                         [1] * n, c)
+    if lead == 1:
+        total = g.squeeze(total, [0])
+    div = torch.ones(sizes, dtype=torch.int64)
+    empty = torch.zeros(sizes, dtype=torch.bool)
+    for i in range(n):
+        size = x.shape[lead + i]
+        start = torch.arange(sizes[i]) * s[i] - p[i]
+        end = torch.clamp(start + k[i], max=size + p[i])
+        count = torch.clamp(end, max=size) - torch.clamp(start, min=0)
+        shape = [1] * n
+        shape[i] = sizes[i]
+        div = div * (end - start if count_include_pad else count).reshape(shape)
+        empty = empty | (count <= 0).reshape(shape)
+    if divisor_override is not None:
+        div = torch.full(sizes, int(divisor_override), dtype=torch.int64)
+    div = torch.where(empty, 1, div)  # the sum of an empty window is 0: 0 / 1
+    div = g.const(div.to(x.dtype).reshape([1] * lead + list(sizes)))
+    return g.binary("div", total, div, x.dtype)
 
 
 def _avg_pool_streaming(g, x, lead, k, s, d, p, extra, out_shape, count_include_pad,

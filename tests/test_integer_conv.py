@@ -2,7 +2,8 @@
 writes them as gathers and one integer product): conv1d/2d/3d with groups, stride,
 dilation, padding (numbers, 'same', a reflect pad before), unbatched, int64 past 2**64
 (wrap-around), int32 and uint8; conv_transpose1d/2d/3d (int64, PyTorch's only integer
-transposed kernel) with groups, output_padding and dilation."""
+transposed kernel) with groups, output_padding and dilation; integer average pooling
+(PyTorch's truncating division by the window's divisor)."""
 
 import torch
 import torch.nn.functional as F
@@ -53,3 +54,28 @@ def test_integer_convolutions_exact():
         "conv_transpose3d": lambda x1, w1, x2, w2, x3, w3, b, big, wt: F.conv_transpose3d(
             x3, w3, stride=(1, 2, 1), groups=2),
     }, (x1, w1, x2, w2, x3, w3, b, big, wt))
+
+
+def test_integer_average_pooling_exact():
+    g = torch.Generator().manual_seed(0)
+    x1 = torch.randint(-50, 50, (2, 3, 9), generator=g)
+    x2 = torch.randint(-50, 50, (2, 3, 7, 6), generator=g)
+    x3 = torch.randint(-50, 50, (1, 2, 5, 4, 6), generator=g)
+    big = torch.randint(2 ** 61, 2 ** 62, (1, 2, 6), generator=g)
+    assert_cases({
+        "1d truncates": lambda a, b, c, d: F.avg_pool1d(a, 2),
+        "1d padding ceil": lambda a, b, c, d: F.avg_pool1d(a, 3, 2, 1, ceil_mode=True),
+        "1d padding not counted": lambda a, b, c, d: F.avg_pool1d(a, 3, 2, 1,
+                                                                   count_include_pad=False),
+        "1d unbatched": lambda a, b, c, d: F.avg_pool1d(a[0], 4, 3, 2, ceil_mode=True,
+                                                        count_include_pad=False),
+        "2d ceil": lambda a, b, c, d: F.avg_pool2d(b, (3, 2), (2, 1), (1, 1), ceil_mode=True),
+        "2d divisor_override": lambda a, b, c, d: F.avg_pool2d(b, 3, 2, 1, divisor_override=4),
+        "2d ceil padding not counted": lambda a, b, c, d: F.avg_pool2d(
+            b, 2, 3, 1, ceil_mode=True, count_include_pad=False),
+        "3d": lambda a, b, c, d: F.avg_pool3d(c, 2, (1, 2, 3), 1, ceil_mode=True),
+        "3d padding not counted": lambda a, b, c, d: F.avg_pool3d(c, 3, 2, 1,
+                                                                   count_include_pad=False),
+        "sum wraps": lambda a, b, c, d: F.avg_pool1d(d, 3, 1),
+        "local_response_norm": lambda a, b, c, d: F.local_response_norm(b, 3),
+    }, (x1, x2, x3, big))
