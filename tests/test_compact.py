@@ -159,6 +159,18 @@ class AlsoAnOutput(nn.Module):
         return self.conv2(y), y
 
 
+class ConcatOtherAxis(nn.Module):
+    """A concat along the height: the pass follows concatenations along channels only."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 4, 1, bias=False)
+        self.conv2 = nn.Conv2d(4, 3, 1)
+
+    def forward(self, x):
+        return self.conv2(torch.cat([self.conv1(x), x], 2))
+
+
 class ReshapedAway(nn.Module):
     def __init__(self):
         super().__init__()
@@ -213,6 +225,7 @@ LEFT_ALONE = {
     "grouped_producer_uneven": GroupedProducer,
     "graph_output": AlsoAnOutput,
     "reshape": ReshapedAway,
+    "concat_other_axis": ConcatOtherAxis,
 }
 
 
