@@ -44,8 +44,7 @@ def read_elsewhere(g: Graph, index: "Index", w: Tensor) -> bool:
     if len(index.readers(w)) > 1 or w.value is None or not w.value.numel():
         return len(index.readers(w)) > 1
     ptr = w.value.untyped_storage().data_ptr()
-    return any(v.tensor is not w and id(v.tensor) in index.uses and v.data.numel()
-               and v.data.untyped_storage().data_ptr() == ptr for v in g.variables)
+    return any(t is not w for t in index.variables_over(g, ptr))
 
 
 def rewrite_until_stable(g: Graph, rule) -> None:
@@ -88,9 +87,22 @@ class Index:
                     if isinstance(x, Tensor):
                         self.uses.setdefault(id(x), []).append((op, ("attr", k)))
         self.outputs = {id(t) for t in g.outputs}
+        self._by_storage = None  # see variables_over
 
     def readers(self, t: Tensor) -> list:
         return self.uses.get(id(t), [])
+
+    def variables_over(self, g: Graph, ptr: int) -> list:
+        """The read variables of ``g`` whose data lives in the storage at ``ptr`` (views
+        of one model weight), from a map built once per index: asking per weight of a
+        large model would otherwise scan every variable each time."""
+        if self._by_storage is None:
+            self._by_storage = {}
+            for v in g.variables:
+                if id(v.tensor) in self.uses and v.data.numel():
+                    key = v.data.untyped_storage().data_ptr()
+                    self._by_storage.setdefault(key, []).append(v.tensor)
+        return self._by_storage.get(ptr, [])
 
     def only_reader(self, t: Tensor):
         """``(op, position)`` when ``t`` has exactly one reader and is not a graph output."""
