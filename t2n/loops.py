@@ -25,7 +25,11 @@ tract's semantics (nnef/src/ops/core/scan.rs, probed on 0.23.9): a ``scan`` inpu
 ``step`` k gives the body a slice of ``|k|`` along its axis, walking from the end when k is
 negative; a ``full`` output concatenates the body's per-step values along its axis (written
 from the end for a negative step); a ``last`` output is the value at the final step; a state
-starts at its initializer and takes its result's value after every step.
+starts at its initializer and takes its result's value after every step. Without
+``reset_every_turn = 1`` a state would start where the previous run of the same tract
+``State`` left it; that carry is what a streaming export needs (the pulsed model keeps its
+recurrent state from chunk to chunk), every other export resets it on every run, as each
+call of the PyTorch model starts afresh.
 """
 
 from __future__ import annotations
@@ -241,6 +245,7 @@ class Loop:
             full=[(p.name, x) for p, x in self._full],
             state=[(p.name, init, r.name) for p, init, r in states],
             output=[(r.name, kind, axis, step) for r, kind, axis, step in outs],
+            **({} if root.streaming is not None else {"reset_every_turn": 1}),
             outputs=len(outs), out_shapes=out_shapes, out_dtypes=out_dtypes)
         return [res] if len(outs) == 1 else list(res)
 

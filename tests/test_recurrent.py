@@ -215,6 +215,44 @@ def test_gru_is_tract_whole_sequence_op(tmp_path):
     assert h["tract_core_scan"] == 2 and "tract_core_gru_seq" not in h
 
 
+_STATE_RUNS = """
+import sys, numpy as np, tract
+x = np.load(sys.argv[2])
+state = tract.nnef().load(sys.argv[1]).into_runnable().spawn_state()
+runs = [[t.to_numpy() for t in state.run([x])] for _ in range(2)]
+print(all(np.array_equal(a, b) for a, b in zip(*runs)))
+"""
+
+
+def test_each_run_of_a_state_starts_afresh(tmp_path):
+    """A tract State running the archive twice gives the same numbers twice (PyTorch's
+    calls are independent): the scans and GruSeq reset their recurrent state every run
+    (only streaming exports carry it from chunk to chunk)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    class Both(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = _make("lstm", input_size=3, hidden_size=4, bidirectional=True)
+            self.gru = _make("gru", input_size=8, hidden_size=4)
+
+        def forward(self, x):
+            y, (h, c) = self.lstm(x)
+            z, g = self.gru(y)
+            return z, h, c, g
+
+    p, xp = str(tmp_path / "m.nnef.tgz"), str(tmp_path / "x.npy")
+    r = t2n.export(Both().eval(), (torch.randn(5, 2, 3),), p)
+    assert r.op_histogram["tract_core_scan"] == 1 and r.op_histogram["tract_core_gru_seq"] == 1
+    np.save(xp, torch.randn(5, 2, 3).numpy())
+    out = subprocess.run([sys.executable, "-c", _STATE_RUNS, p, xp], capture_output=True,
+                         text=True, timeout=300)
+    assert out.stdout.strip() == "True", out.stdout + out.stderr[-2000:]
+
+
 def test_reproducible_bytes(tmp_path):
     m = _make("gru", input_size=3, hidden_size=4, num_layers=2, bidirectional=True)
     x = torch.randn(5, 2, 3)

@@ -243,7 +243,8 @@ def _gru_seq(g, projs, init, w_hhs, b_hhs, hidden, t_axis):
     gate multiplies its ``n`` block (PyTorch's formula; the first half, the input-side
     bias, is not read when projected); ``initial_h`` and ``y_h`` are [B, 1, H], ``y`` is
     [B, T, H] in time order for either direction (``chunk = -1`` runs from the end).
-    ``reset_every_turn = 0`` keeps the state contract of t2n's scans."""
+    ``reset_every_turn = 1``: every run starts from ``initial_h`` (as t2n's non-streaming
+    scans do), not from where the previous run of the same tract ``State`` ended."""
     ys, lasts = [], []
     for d, (p, w) in enumerate(zip(projs, w_hhs)):
         xb = p if t_axis == 1 else g.transpose(p, [1, 0, 2])  # [B, T, 3H]
@@ -264,7 +265,7 @@ def _gru_seq(g, projs, init, w_hhs, b_hhs, hidden, t_axis):
             args["b"] = b
         args["initial_h"] = h0
         y, y_h = g.op("tract_core_gru_seq", hidden=hidden, chunk=1 if d == 0 else -1,
-                      has_bias=int(b_hhs is not None), reset_every_turn=0, emit_y=1,
+                      has_bias=int(b_hhs is not None), reset_every_turn=1, emit_y=1,
                       projected=1, outputs=2, out_shapes=[[batch, steps, hidden],
                                                           [batch, 1, hidden]],
                       out_dtypes=[torch.float32, torch.float32], **args)
