@@ -331,3 +331,49 @@ def test_composites_and_chains_become_single_ops_and_match():
     assert "tract_core_broadcast" not in h and h.get("reshape", 0) <= 4, h
     before = _hist(model.b, (y,), optimize=False)
     assert before.get("transpose") == 2 and "tract_core_broadcast" in before, before
+
+
+def test_minimal_range_of_reshapes():
+    from t2n.passes.minimal_reshape import minimal_range
+
+    assert minimal_range([1, 116, 8, 8], [1, 2, 58, 8, 8]) == (1, 1, [2, 58])
+    assert minimal_range([1, 58, 2, 8, 8], [1, 116, 8, 8]) == (1, 2, [116])
+    assert minimal_range([1, 16, 576], [1, 16, 3, 4, 48]) == (2, 1, [3, 4, 48])
+    assert minimal_range([6, 4], [4, 6]) is None  # nothing shared
+    assert minimal_range([2, 3, 1], [2, 3]) == (1, 2, [3])  # one axis kept on each side
+    assert minimal_range([2, 3], [2, 3, 1]) == (1, 1, [3, 1])
+    assert minimal_range([4, 5], [4, -1]) is None and minimal_range([4, 5], [4, 0, 5]) is None
+
+
+class Shuffles(nn.Module):
+    """Channel shuffle (ShuffleNet), an attention head split and merge, a flatten."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(24, 72)
+
+    def forward(self, x, t):
+        b, c, h, w = x.shape
+        y = x.view(b, 2, c // 2, h, w).transpose(1, 2).reshape(b, c, h, w)
+        q = self.qkv(t).reshape(t.shape[0], t.shape[1], 3, 4, 6).permute(2, 0, 3, 1, 4)
+        a = (q[0] @ q[1].transpose(-1, -2)).softmax(-1) @ q[2]
+        return y.flatten(1), a.transpose(1, 2).reshape(t.shape[0], t.shape[1], 24)
+
+
+def test_reshapes_written_over_their_changed_axes(tmp_path):
+    # same outputs, static and with a dynamic batch; the archive's reshapes name a range
+    import t2n
+
+    args = (torch.randn(2, 6, 5, 4), torch.randn(2, 7, 24))
+    assert_exports(Shuffles().eval(), args)
+    assert_exports(Shuffles().eval(), args, more_args=[(torch.randn(3, 6, 5, 4),
+                                                        torch.randn(3, 7, 24))],
+                   input_names=["x", "t"], dynamic_axes={"x": {0: "B"}, "t": {0: "B"}})
+    t2n.export(Shuffles().eval(), args, str(tmp_path / "s.nnef"))
+    lines = [ln for ln in (tmp_path / "s.nnef" / "graph.nnef").read_text().splitlines()
+             if "= reshape(" in ln]
+    assert lines and all("axis_start" in ln for ln in lines), lines
+    shuffle = _fn(lambda x: x.view(2, 2, 3, 5, 4).transpose(1, 2).reshape(2, 6, 5, 4))
+    t2n.export(shuffle, (args[0],), str(tmp_path / "k.nnef"), target="khronos")
+    text = (tmp_path / "k.nnef" / "graph.nnef").read_text()
+    assert "= reshape(" in text and "axis_start" not in text  # the tract target only

@@ -54,6 +54,7 @@ PIPELINE: tuple[str, ...] = (
     "weights",  # weight storage format (weights="f16"/"q4_0"); decides on the final graph
     "broadcast_axes",  # products: size-1 broadcast axes get labels of their own (tract loads
     #                    it); rewrites op forms only, never variables, so it may follow weights
+    "minimal_reshape",  # reshapes written over the axes they change (axis_start/axis_count)
 )
 
 
