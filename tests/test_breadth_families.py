@@ -96,7 +96,8 @@ def test_statistics_and_norms():
                                  torch.cdist(x, x), torch.histc(x, 7, -1, 1),
                                  # norms over the broadcast shape
                                  torch.cosine_similarity(x[:1], x[:, :1], dim=1),
-                                 torch.diff(x, n=0, dim=1, prepend=x[:, :2]))), (x,))
+                                 torch.diff(x, n=0, dim=1, prepend=x[:, :2]),
+                                 torch.linalg.matrix_norm(x[:, :0], float("inf")))), (x,))
 
 
 def test_products():

@@ -48,6 +48,8 @@ def matrix_norm_of(g, x, ord, dim, keepdim):
         s = g.reduce("sum_reduce", g.unary("abs", x), [inner], keepdim=True)
         red = "max_reduce" if ord in (1, float("inf")) else "min_reduce"
         out = g.reduce(red, s, [outer], keepdim=True)
+        if red == "max_reduce" and x.shape[outer] == 0:  # PyTorch: 0, not max's -inf
+            out = g.broadcast_to(g.scalar(0.0, x.dtype), list(out.shape))
         return out if keepdim else g.squeeze(out, sorted(axes))
     if ord in ("nuc", 2, -2):
         return spectral_matrix_norm(g, x, ord, axes, keepdim)
