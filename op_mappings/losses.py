@@ -131,12 +131,19 @@ def margin_ranking_loss(g, input1, input2, target, margin=0.0, reduction=1):
 
 @aten("hinge_embedding_loss")
 def hinge_embedding_loss(g, self, target, margin=1.0, reduction=1):
+    """PyTorch's composite, each step rounded in the dtype: ``margin - x`` (the margin in
+    the dtype), clamped at 0 where ``target != 1``, plus ``x`` where ``target != -1``; the
+    reduction accumulates in float (float32 for float16)."""
     x, t, d = _f(g, self, target)
+    acc = torch.float32 if d == torch.float16 else d
     zero = g.scalar(0.0, d)
     neg_part = g.binary("max", g.binary("sub", g.scalar(float(margin), d), x, d), zero, d)
     a = select(g, g.binary("ne", t, 1.0, d, out_dtype=torch.bool), neg_part, 0.0, d)
     b = select(g, g.binary("ne", t, -1.0, d, out_dtype=torch.bool), x, 0.0, d)
-    return _reduce(g, g.binary("add", a, b, d), reduction)
+    loss = g.binary("add", a, b, d)
+    if reduction == 0:
+        return loss
+    return g.cast(_reduce(g, g.cast(loss, acc), reduction), d)
 
 
 @aten("cosine_embedding_loss")

@@ -15,8 +15,8 @@ selections), shape and indexing ops, and the ops PyTorch itself computes step by
 float16: ``prod`` multiplies half values (it overflows where an f32 product would not),
 ``scatter_add``/``index_add`` accumulate into the f16 output, the composite ops
 (``linalg_vecdot``, ``cov``/``corrcoef``, ``cosine_similarity``, ``cosine_embedding_loss``,
-``soft_margin_loss``, ``binary_cross_entropy_with_logits``, the trapezoid rules) round
-after each of their aten steps, ``logit`` and ``xlogy`` round their intermediate, and
+``soft_margin_loss``, ``binary_cross_entropy_with_logits``, ``hinge_embedding_loss``, the
+trapezoid rules) round after each of their aten steps, ``logit`` and ``xlogy`` round their intermediate, and
 ``conv_transpose`` accumulates its im2col columns in f16.
 Mappings of ops whose PyTorch steps matter in f16 follow those steps themselves
 (``addr``, ``bilinear``, ``addbmm`` in op_mappings/products.py). Ops in
@@ -104,8 +104,7 @@ _LOSSES = {
     "binary_cross_entropy", "cross_entropy_loss",
     "nll_loss", "nll_loss2d", "nll_loss_nd", "kl_div", "mse_loss", "l1_loss",
     "smooth_l1_loss", "huber_loss", "multi_margin_loss",
-    "multilabel_margin_loss", "margin_ranking_loss", "hinge_embedding_loss",
-    "triplet_margin_loss",
+    "multilabel_margin_loss", "margin_ranking_loss", "triplet_margin_loss",
 }
 
 # --- resampling whose weights PyTorch stores as Half: the generic CPU upsample kernel

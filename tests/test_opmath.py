@@ -40,7 +40,8 @@ def test_half_ops_compute_in_f32_as_pytorch():
 class StepwiseHalf(torch.nn.Module):
     """Ops PyTorch computes step by step in f16: prod's intermediate overflows, addr rounds
     ``alpha * vec1`` first, bilinear rounds ``x1 W`` before contracting with x2,
-    binary_cross_entropy_with_logits rounds log_sigmoid and each product."""
+    binary_cross_entropy_with_logits rounds log_sigmoid and each product,
+    hinge_embedding_loss rounds its margin, ``margin - x`` and the sum."""
 
     def __init__(self):
         super().__init__()
@@ -49,7 +50,9 @@ class StepwiseHalf(torch.nn.Module):
     def forward(self, p, s, v1, v2, a, b):
         return (p.prod(-1), torch.addr(s, v1, v2, beta=0.3, alpha=0.7), self.bil(a, b),
                 F.binary_cross_entropy_with_logits(s, (s * v1[:, None]).sigmoid(), reduction="none",
-                                                   pos_weight=v2.abs()))
+                                                   pos_weight=v2.abs()),
+                F.hinge_embedding_loss(8.4 - s.abs() * 0.05, s.sign(), margin=8.396163642458497,
+                                       reduction="none"))
 
 
 def test_half_stepwise_ops_round_as_pytorch():
