@@ -13,7 +13,8 @@ and its float results cast back to float16 once. Ops that are not listed keep f1
 element-wise ops tract evaluates with one rounding (add, mul, div, sqrt, comparisons,
 selections), shape and indexing ops, and the ops PyTorch itself computes step by step in
 float16: ``prod`` multiplies half values (it overflows where an f32 product would not),
-``scatter_add``/``index_add`` accumulate into the f16 output, the composite ops
+``scatter_add``/``index_add``/``segment_reduce`` accumulate into the f16 output, the
+composite ops
 (``linalg_vecdot``, ``cov``/``corrcoef``, ``cosine_similarity``, ``cosine_embedding_loss``,
 ``soft_margin_loss``, ``binary_cross_entropy_with_logits``, ``hinge_embedding_loss``, the
 trapezoid rules) round after each of their aten steps, ``logit`` and ``xlogy`` round their intermediate, and
@@ -42,7 +43,7 @@ _REDUCTIONS = {
     "sum", "mean", "nansum", "nanmean", "logsumexp", "special_logsumexp", "std", "var",
     "std_mean", "var_mean", "norm", "linalg_norm", "linalg_vector_norm",
     "linalg_matrix_norm", "renorm", "trace", "cumsum", "logcumsumexp", "cumprod",
-    "segment_reduce", "embedding_bag", "_embedding_bag", "_embedding_bag_forward_only",
+    "embedding_bag", "_embedding_bag", "_embedding_bag_forward_only",
 }
 # --- normalisation: statistics and the affine step in float --------------------------
 _NORMS = {

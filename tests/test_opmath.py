@@ -41,7 +41,8 @@ class StepwiseHalf(torch.nn.Module):
     """Ops PyTorch computes step by step in f16: prod's intermediate overflows, addr rounds
     ``alpha * vec1`` first, bilinear rounds ``x1 W`` before contracting with x2,
     binary_cross_entropy_with_logits rounds log_sigmoid and each product,
-    hinge_embedding_loss rounds its margin, ``margin - x`` and the sum."""
+    hinge_embedding_loss rounds its margin, ``margin - x`` and the sum, segment_reduce
+    accumulates into its f16 output from ``initial`` on."""
 
     def __init__(self):
         super().__init__()
@@ -52,7 +53,9 @@ class StepwiseHalf(torch.nn.Module):
                 F.binary_cross_entropy_with_logits(s, (s * v1[:, None]).sigmoid(), reduction="none",
                                                    pos_weight=v2.abs()),
                 F.hinge_embedding_loss(8.4 - s.abs() * 0.05, s.sign(), margin=8.396163642458497,
-                                       reduction="none"))
+                                       reduction="none"),
+                torch.segment_reduce(torch.cat([s[:3], s[3:6] * 40, s[6:9] - s[3:6] * 40]), "sum",
+                                     lengths=torch.tensor([1, 2, 0, 6]), initial=2))
 
 
 def test_half_stepwise_ops_round_as_pytorch():
