@@ -14,11 +14,13 @@ element-wise ops tract evaluates with one rounding (add, mul, div, sqrt, compari
 selections), shape and indexing ops, and the ops PyTorch itself computes step by step in
 float16: ``prod`` multiplies half values (it overflows where an f32 product would not),
 ``scatter_add``/``index_add``/``segment_reduce`` accumulate into the f16 output, the
-composite ops
-(``linalg_vecdot``, ``cov``/``corrcoef``, ``cosine_similarity``, ``cosine_embedding_loss``,
-``soft_margin_loss``, ``binary_cross_entropy_with_logits``, ``hinge_embedding_loss``, the
-trapezoid rules) round after each of their aten steps, ``logit`` and ``xlogy`` round their intermediate, and
-``conv_transpose`` accumulates its im2col columns in f16.
+composite ops (``linalg_vecdot``, ``cov``/``corrcoef``, ``cosine_similarity``,
+``cosine_embedding_loss``, ``soft_margin_loss``, ``binary_cross_entropy_with_logits``,
+``hinge_embedding_loss``, the trapezoid rules) round after each of their aten steps,
+``logit`` and ``xlogy`` round their intermediate, and ``conv_transpose`` accumulates its
+im2col columns in f16. ``adaptive_avg_pool3d``'s Half kernel sums each window in f16 in
+order and divides by each window size in turn; t2n computes it in f32 (a few f16 ulps off
+on long windows, not bit-exact).
 Mappings of ops whose PyTorch steps matter in f16 follow those steps themselves
 (``addr``, ``bilinear``, ``addbmm`` in op_mappings/products.py). Ops in
 :data:`_HALF_WEIGHTS` compute in float32 but PyTorch stores their computed weights as
