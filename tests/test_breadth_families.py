@@ -97,7 +97,9 @@ def test_statistics_and_norms():
                                  # norms over the broadcast shape
                                  torch.cosine_similarity(x[:1], x[:, :1], dim=1),
                                  torch.diff(x, n=0, dim=1, prepend=x[:, :2]),
-                                 torch.linalg.matrix_norm(x[:, :0], float("inf")))), (x,))
+                                 torch.linalg.matrix_norm(x[:, :0], float("inf")),
+                                 torch.linalg.vector_norm(x.masked_fill(x > 1, math.nan),
+                                                          float("inf"), 1))), (x,))
 
 
 def test_products():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from op_mappings.helpers.elementwise import is_nan, select
 from op_mappings.helpers.spectral import spectral_matrix_norm
 
 
@@ -16,10 +17,10 @@ def vector_norm_of(g, x, ord, axes, keepdim):
         if ord == 0:
             return g.cast(g.binary("ne", x, g.scalar(0.0, d), d, out_dtype=torch.bool), d)
         return ax
-    if ord == float("inf"):
-        return g.reduce("max_reduce", ax, axes, keepdim)
-    if ord == float("-inf"):
-        return g.reduce("min_reduce", ax, axes, keepdim)
+    if ord in (float("inf"), float("-inf")):
+        r = g.reduce("max_reduce" if ord > 0 else "min_reduce", ax, axes, keepdim)
+        # tract's max/min skip NaN; PyTorch's norm of a slice holding one is NaN
+        return select(g, g.reduce("any_reduce", is_nan(g, x), axes, keepdim), float("nan"), r, d)
     if ord == 0:
         nz = g.cast(g.binary("ne", x, g.scalar(0.0, d), d, out_dtype=torch.bool), d)
         return g.reduce("sum_reduce", nz, axes, keepdim)
