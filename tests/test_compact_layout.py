@@ -4,6 +4,7 @@
 import torch
 import torch.nn as nn
 import torch.nn.utils.prune as prune
+from batch_norms import random_batch_norms
 
 from t2n.testing import assert_exports
 
@@ -19,15 +20,6 @@ def _pruned(model):
     return model.eval()
 
 
-def _bn_random(model):
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-1, 1)
-            m.running_var.uniform_(0.5, 2)
-            m.bias.data.uniform_(-1, 1)
-    return model
-
-
 def pooled_cnn(head="avg"):
     """conv-bn-relu-maxpool blocks, then global average pooling (or a flatten of the last
     4x4 map) and a linear head: no residuals."""
@@ -40,7 +32,7 @@ def pooled_cnn(head="avg"):
         layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 10)]
     else:
         layers += [nn.AvgPool2d(2), nn.Flatten(), nn.Linear(c * 4, 10)]
-    return _pruned(_bn_random(nn.Sequential(*layers)))
+    return _pruned(random_batch_norms(nn.Sequential(*layers)))
 
 
 def test_pooled_cnn_with_global_pool_head_compacts_to_about_half():

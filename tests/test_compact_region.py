@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.utils.prune as prune
+from batch_norms import random_batch_norms
 
 import t2n
 from t2n import tract_runner
@@ -37,16 +38,6 @@ def _prune(model, depthwise=False):
                 depthwise or m.groups == 1):
             prune.ln_structured(m, "weight", amount=0.5, n=2, dim=0)
     return model.eval()
-
-
-def _bn_random(model):
-    torch.manual_seed(11)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-1, 1)
-            m.running_var.uniform_(0.5, 2)
-            m.bias.data.uniform_(-1, 1)
-    return model
 
 
 def _differential(tmp_path, model, x):
@@ -92,7 +83,7 @@ class DenseNetish(nn.Module):
 
 def test_densenet_block_compacts_every_concatenated_input(tmp_path):
     torch.manual_seed(0)
-    model = _prune(_bn_random(DenseNetish()))
+    model = _prune(random_batch_norms(DenseNetish(), seed=11))
     full, small = _differential(tmp_path, model, torch.randn(1, 3, 8, 8))
     layers = _layers(small)
     # every conv loses its pruned half: the concatenations pass each slice on
