@@ -86,7 +86,12 @@ def addr(g, self, vec1, vec2, beta=1, alpha=1):
         return g.binary("or", g.binary("and", self, beta, torch.bool) if beta is not True
                         else self, prod, torch.bool)
     # PyTorch's kernel: beta * self + (alpha * vec1) * vec2, each step in the dtype
-    v1 = g.binary("mul", vec1, alpha, d) if alpha != 1 else vec1
+    if alpha == 0 and d.is_floating_point:
+        # 0 * vec1 keeps vec1's NaN and inf as NaN; tract simplifies a product with a zero
+        # constant to zeros, so it is written vec1 - vec1 (the same, up to the sign of 0)
+        v1 = g.binary("sub", g.cast(vec1, d), g.cast(vec1, d), d)
+    else:
+        v1 = g.binary("mul", vec1, alpha, d) if alpha != 1 else vec1
     prod = outer(g, v1, vec2)
     if beta == 0:
         return prod

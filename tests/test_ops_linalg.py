@@ -101,3 +101,12 @@ def test_integer_products_exact():
     })
     assert_cases(cases, ints + (big, u8, i32))
 
+
+
+def test_addr_alpha_zero_keeps_nan_and_inf_of_the_vectors():
+    """0 * vec1 is NaN where vec1 is NaN or inf (PyTorch's addr kernel multiplies); tract
+    simplifies a product with a zero constant to zeros, which dropped them."""
+    v1 = torch.tensor([1.0, float("nan"), float("inf"), -2.0])
+    assert_cases({
+        "addr alpha 0": lambda m, a, b: torch.addr(m, a, b, beta=0.5, alpha=0),
+    }, (torch.randn(4, 3), v1, torch.tensor([3.0, -1.0, 0.5])))
