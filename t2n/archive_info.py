@@ -10,11 +10,9 @@ process and its own cost model counts the FMAs (dynamic symbols default to 1).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import struct
-import subprocess
 import tarfile
 import tempfile
 from collections import Counter
@@ -263,18 +261,12 @@ def _short_dtype(dtype) -> str:
 
 def _tract_macs(info: ArchiveInfo, folder: str, symbols: dict[str, int]) -> None:
     values = {s: symbols.get(s, 1) for s in info.symbols}
-    from .tract_runner import _child
+    from .tract_cost import profile_in_child
 
-    with tempfile.TemporaryDirectory(prefix="t2n-cost-") as d:
-        cmd, kw = _child([os.path.abspath(folder), json.dumps(values)], d,
-                         module="t2n.tract_cost")
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                           stdin=subprocess.DEVNULL, **kw)
-    if p.returncode != 0:
-        msg = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
+    cost, msg = profile_in_child(folder, values)
+    if cost is None:
         info.notes.append(f"tract could not load the archive for the MAC count: {msg}")
         return
-    cost = json.loads(p.stdout)
     info.macs = cost["macs"]
     shown = ", ".join(f"{k}={v}" for k, v in values.items())
     info.macs_source = "tract's cost model" + (f", {shown}" if shown else "")

@@ -111,16 +111,9 @@ def tract_ops(archive, symbols: dict | None = None) -> dict[str, int]:
     to ``symbols``, else 1), from one profiled run in a child process: pins what tract makes
     of an archive, e.g. that no ``Cast`` of a weight or ``OptMatMulPack`` of a constant is
     left to run at every inference."""
-    import json
-    import subprocess
+    from .tract_cost import profile_in_child
 
-    from .tract_runner import _child
-
-    with tempfile.TemporaryDirectory(prefix="t2n-ops-") as d:
-        cmd, kw = _child([os.path.abspath(str(archive)), json.dumps(symbols or {})], d,
-                         module="t2n.tract_cost")
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                           stdin=subprocess.DEVNULL, **kw)
-    if p.returncode != 0:
-        raise AssertionError(f"tract could not profile {archive}: {p.stderr[-2000:]}")
-    return json.loads(p.stdout)["ops"]
+    cost, msg = profile_in_child(archive, symbols or {})
+    if cost is None:
+        raise AssertionError(f"tract could not profile {archive}: {msg}")
+    return cost["ops"]

@@ -1,17 +1,20 @@
 """Child process of ``t2n inspect``: tract's own cost model of an archive.
 
-``python -m t2n.tract_cost ARCHIVE '{"B": 1}'`` loads the archive in tract, binds the
-symbols, profiles one run on zero inputs and prints JSON: the sum of the FMA costs tract
-attributes to its nodes (multiply-accumulates), the output facts, and how many nodes of each
-op the optimised model runs (``ops``: ``OptMatMulPack`` nodes beside the ``OptMatMul`` ones
-are packings done at every run). A separate process,
+``python -m t2n.tract_cost ARCHIVE '{"B": 1}'`` (run by :func:`profile_in_child`) loads the
+archive in tract, binds the symbols, profiles one run on zero inputs and prints JSON: the
+sum of the FMA costs tract attributes to its nodes (multiply-accumulates), the output
+facts, and how many nodes of each op the optimised model runs (``ops``: ``OptMatMulPack``
+nodes beside the ``OptMatMul`` ones are packings done at every run). A separate process,
 because tract aborts its process on a Rust panic.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -40,7 +43,8 @@ def main(argv: list[str]) -> int:
     profile = json.loads(runnable.profile_json(inputs))
     macs, ops = 0, {}
     for node in profile.get("nodes", []):
-        ops[node.get("op_name", "?")] = ops.get(node.get("op_name", "?"), 0) + 1
+        name = node.get("op_name", "?")
+        ops[name] = ops.get(name, 0) + 1
         for kind, value in (node.get("cost") or {}).items():
             if kind.startswith("FMA("):
                 macs += int(float(value))
@@ -50,6 +54,22 @@ def main(argv: list[str]) -> int:
         outputs.append({"shape": shape, "dtype": dtype})
     print(json.dumps({"macs": macs, "outputs": outputs, "ops": dict(sorted(ops.items()))}))
     return 0
+
+
+def profile_in_child(archive: str, symbols: dict,
+                     timeout: float = 600) -> tuple[dict | None, str]:
+    """This module's JSON for ``archive`` (symbols bound to ``symbols``), computed in a
+    child process; ``(None, tract's last message)`` when tract could not load or run it."""
+    from .tract_runner import _child
+
+    with tempfile.TemporaryDirectory(prefix="t2n-cost-") as d:
+        cmd, kw = _child([os.path.abspath(str(archive)), json.dumps(symbols)], d,
+                         module="t2n.tract_cost")
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL, **kw)
+    if p.returncode != 0:
+        return None, (p.stderr.strip().splitlines() or ["(no message)"])[-1]
+    return json.loads(p.stdout), ""
 
 
 if __name__ == "__main__":
