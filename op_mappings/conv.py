@@ -17,6 +17,9 @@ tract facts that shape this module:
 Padding modes other than zeros (``padding_mode='reflect'`` ...) reach t2n as a separate
 ``aten::pad`` node before the convolution. Integer convolutions (tract convolves floats
 only) take the exact gather-and-product form of :mod:`op_mappings.helpers.integer_conv`.
+float16 transposed convolutions follow PyTorch's Half kernel (``slow_conv_transpose``): each
+kernel tap's column is an f32 product rounded to f16, and ``col2im`` adds the taps' columns
+into the output in f16, tap after tap (:func:`_conv_transpose_f16`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from op_mappings.helpers.integer_conv import dilate, flip_spatial, integer_conv
+from op_mappings.helpers.ordered_sum import ordered_tap_sum
 from op_mappings.helpers.windows import as_list
 from t2n.registry import aten
 
@@ -132,6 +136,10 @@ def conv_transpose_nd(g, input, weight, bias, stride, padding, output_padding, g
     dtype = x.dtype
     kernel = list(weight.shape[2:])
     c_out = weight.shape[1] * groups
+    if dtype == torch.float16:
+        y = _conv_transpose_f16(g, x, weight, bias, stride, padding, output_padding, groups,
+                                dilation)
+        return g.squeeze(y, [0]) if added else y
     w = _deconv_filter(g, g.cast(weight, dtype), groups)
     if not dtype.is_floating_point:
         # the forward convolution of the stride-dilated input with the flipped filter
@@ -163,6 +171,63 @@ def conv_transpose_nd(g, input, weight, bias, stride, padding, output_padding, g
                 g.unsqueeze(b, list(range(2, 2 + n)))
             y = g.binary("add", y, b, dtype)
     return g.squeeze(y, [0]) if added else y
+
+
+def _column_filter(g, weight, groups):
+    """PyTorch [C_in, C_out/g, k...] -> the [g * C_out/g * K, C_in/g, 1...] filter of the
+    1x1 convolution that computes every tap's column (channel order (C_out, tap))."""
+    c_in, c_out_g = weight.shape[0], weight.shape[1]
+    kernel = list(weight.shape[2:])
+    if not isinstance(c_in, int) or c_in % groups:
+        raise g.error(f"weight: {c_in} input channels do not split into {groups} groups")
+    taps = 1
+    for k in kernel:
+        taps *= k
+    shape = [groups * c_out_g * taps, c_in // groups] + [1] * len(kernel)
+    if weight.is_const:
+        w = weight.value.reshape(groups, c_in // groups, c_out_g * taps).transpose(1, 2)
+        return _derived_const(g, weight, w.reshape(shape).contiguous())
+    w = g.reshape(weight, [groups, c_in // groups, c_out_g * taps])
+    return g.reshape(g.transpose(w, [0, 2, 1]), shape)
+
+
+def _conv_transpose_f16(g, x, weight, bias, stride, padding, output_padding, groups,
+                        dilation):
+    """PyTorch's float16 transposed convolution: ``columns = W^T x`` (f32 sums rounded to
+    f16), then ``col2im`` adds tap ``k``'s column into the output for k = 0, 1, ... in f16,
+    then the bias (one ordered scan over the kernel taps)."""
+    n = weight.rank - 2
+    kernel, sizes = list(weight.shape[2:]), list(x.shape[2:])
+    if not all(isinstance(d, int) for d in sizes + kernel):
+        raise g.error("input: a float16 transposed convolution needs fixed spatial sizes "
+                      "(PyTorch adds its columns in f16 in order); export the model in float32")
+    c_out = weight.shape[1] * groups
+    f32 = torch.float32
+    w = _column_filter(g, g.cast(weight, f32), groups)
+    cols = g.op("conv", g.cast(x, f32), w, g.scalar(0.0, f32), border="constant",
+                padding=[(0, 0)] * n, stride=[1] * n, dilation=[1] * n, groups=groups,
+                out_shape=[x.shape[0], w.shape[0]] + sizes, out_dtype=f32)
+    taps = torch.cartesian_prod(*[torch.arange(k) for k in kernel]).reshape(-1, n)
+    cols = g.reshape(g.cast(cols, torch.float16), [x.shape[0], c_out, taps.shape[0]] + sizes)
+    out = [(sizes[i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (kernel[i] - 1)
+           + output_padding[i] + 1 for i in range(n)]
+    if any(o <= 0 for o in out):
+        raise g.error(f"input: transposed convolution output size {out} is not positive")
+    tables = []
+    for i in range(n):
+        # output o of tap a reads input q = (o + padding - a * dilation) / stride
+        num = torch.arange(out[i])[None, :] + padding[i] - taps[:, i:i + 1] * dilation[i]
+        q = torch.div(num, stride[i], rounding_mode="floor")
+        hit = (num % stride[i] == 0) & (q >= 0) & (q < sizes[i])
+        tables.append((3 + i, torch.where(hit, q, sizes[i])))
+    y = ordered_tap_sum(g, cols, tables, tap_axis=2)
+    y = g.reshape(y, [x.shape[0], c_out] + out)
+    if bias is not None:
+        b = g.cast(bias, torch.float16)
+        b = g.reshaped_const(b, (c_out,) + (1,) * n) if b.is_const else \
+            g.unsqueeze(b, list(range(1, 1 + n)))
+        y = g.binary("add", y, b, torch.float16)
+    return y
 
 
 def _same_pads(g, weight, stride, dilation):

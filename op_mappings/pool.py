@@ -26,6 +26,7 @@ import torch
 
 from op_mappings.helpers.integer_conv import integer_conv
 from op_mappings.helpers.matrix import matmul_nd
+from op_mappings.helpers.ordered_sum import ordered_tap_sum
 from op_mappings.helpers.windows import as_list, window_geometry
 from t2n.registry import aten
 
@@ -272,11 +273,45 @@ def _adaptive_avg(g, self, output_size, n):
     out = as_list(output_size, n) if output_size is not None else [None] * n
     x = self
     lead = self.rank - n
+    if n == 3 and self.dtype == torch.float16:
+        # t2n.opmath keeps f16 here: PyTorch's 3-D kernel sums each window in f16
+        return _adaptive_avg3d_f16(g, self, out)
     if all(o == 1 for o in out):  # global average pooling: one reduction
         return g.reduce("mean_reduce", x, list(range(lead, x.rank)), keepdim=True)
     for i in range(n):
         x = _adaptive_axis(g, x, lead + i, out[i])
     return x
+
+
+def _adaptive_avg3d_f16(g, x, out):
+    """PyTorch's float16 ``adaptive_avg_pool3d`` kernel: ``sum = 0; sum += v`` over the
+    window in (t, h, w) raster order, each addition rounded to f16, then
+    ``sum / kT / kH / kW``, each division rounded (one ordered scan over the window taps)."""
+    lead = x.rank - 3
+    sizes = list(x.shape[lead:])
+    out = [s if o is None else o for o, s in zip(out, sizes)]
+    for axis, (length, o) in enumerate(zip(sizes, out)):
+        if not isinstance(length, int):
+            raise g.error(f"self: float16 adaptive average pooling needs a fixed size on "
+                          f"spatial axis {lead + axis} (PyTorch sums its windows in f16 in "
+                          "order); export the model in float32")
+        if length == 0 or o <= 0:
+            raise g.error(f"output_size: {o} from an axis of size {length}")
+    windows = [_adaptive_windows(length, o) for length, o in zip(sizes, out)]
+    spans = [max(b - a for a, b in w) for w in windows]
+    taps = torch.cartesian_prod(*[torch.arange(k) for k in spans]).reshape(-1, 3)
+    tables = []
+    for axis, w in enumerate(windows):
+        start = torch.tensor([a for a, _ in w])
+        end = torch.tensor([b for _, b in w])
+        pos = start[None, :] + taps[:, axis:axis + 1]
+        tables.append((lead + axis, torch.where(pos < end[None, :], pos, sizes[axis])))
+    total = ordered_tap_sum(g, x, tables)
+    for axis, w in enumerate(windows):
+        count = torch.tensor([float(b - a) for a, b in w], dtype=torch.float16)
+        count = count.reshape([len(w)] + [1] * (2 - axis))
+        total = g.binary("div", total, g.const(count), torch.float16)
+    return total
 
 
 @aten("adaptive_avg_pool1d")

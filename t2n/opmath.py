@@ -17,12 +17,13 @@ float16: ``prod`` multiplies half values (it overflows where an f32 product woul
 composite ops (``linalg_vecdot``, ``cov``/``corrcoef``, ``cosine_similarity``,
 ``cosine_embedding_loss``, ``soft_margin_loss``, ``binary_cross_entropy_with_logits``,
 ``hinge_embedding_loss``, the trapezoid rules) round after each of their aten steps,
-``logit`` and ``xlogy`` round their intermediate, and ``conv_transpose`` accumulates its
-im2col columns in f16. ``adaptive_avg_pool3d``'s Half kernel sums each window in f16 in
-order and divides by each window size in turn; t2n computes it in f32 (a few f16 ulps off
-on long windows, not bit-exact).
+``logit`` and ``xlogy`` round their intermediate, ``conv_transpose`` adds its kernel
+taps' columns (each an f32 product rounded to f16) into the output in f16, tap after tap,
+and ``adaptive_avg_pool3d``'s Half kernel (any output but 1 x 1 x 1, which is a float mean)
+sums each window in f16 in order and divides by each window size in turn.
 Mappings of ops whose PyTorch steps matter in f16 follow those steps themselves
-(``addr``, ``bilinear``, ``addbmm`` in op_mappings/products.py). Ops in
+(``addr``, ``bilinear``, ``addbmm`` in op_mappings/products.py; the ordered f16 sums of
+``conv_transpose`` and ``adaptive_avg_pool3d`` with op_mappings/helpers/ordered_sum.py). Ops in
 :data:`_HALF_WEIGHTS` compute in float32 but PyTorch stores their computed weights as
 float16: :func:`call` says so in ``g.node.weights_dtype`` and the mapping rounds them.
 
@@ -73,7 +74,7 @@ _RESAMPLING = {
     "upsample_linear1d", "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
     "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa", "avg_pool1d", "avg_pool2d",
     "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
-    "_adaptive_avg_pool2d", "_adaptive_avg_pool3d",
+    "_adaptive_avg_pool2d",
 }
 # --- distances: differences, squares and sums in float -------------------------------
 _DISTANCES = {
@@ -129,10 +130,19 @@ F32_OPS = frozenset(_REDUCTIONS | _NORMS | _SOFTMAX | _PRODUCTS | _RESAMPLING | 
                     | _FORMULAS | _LOSSES)
 
 
+def _not_global_pool(args) -> bool:
+    out = args[1] if len(args) > 1 else None
+    sizes = list(out) if isinstance(out, (list, tuple)) else [out] * 3
+    return not all(s == 1 for s in sizes)
+
+
 # argument-dependent exceptions: the generic convolution ops with ``transposed=True``
-# (argument 6) run PyTorch's col2im path, which sums the columns in f16
+# (argument 6) run PyTorch's col2im path, which sums the columns in f16;
+# ``adaptive_avg_pool3d`` is a float mean for an output of 1 x 1 x 1 and otherwise the
+# Half kernel (``_adaptive_avg_pool3d``) that sums each window in f16
 _UNLESS = {"convolution": lambda args: len(args) > 6 and bool(args[6]),
-           "_convolution": lambda args: len(args) > 6 and bool(args[6])}
+           "_convolution": lambda args: len(args) > 6 and bool(args[6]),
+           "adaptive_avg_pool3d": _not_global_pool}
 
 
 # float16 ops whose PyTorch result is defined by its own step-by-step f16 rounding, which
@@ -142,25 +152,14 @@ _F16_REFUSED = {
     "grid_sampler": "PyTorch rounds grid_sample's coordinates and weights in f16",
     "grid_sampler_2d": "PyTorch rounds grid_sample's coordinates and weights in f16",
     "grid_sampler_3d": "PyTorch rounds grid_sample's coordinates and weights in f16",
-    "conv_transpose3d": "PyTorch sums a 3-D transposed convolution's columns in f16",
 }
-
-
-def _transposed_3d(args) -> bool:
-    from .tensors import Tensor
-
-    return len(args) > 6 and bool(args[6]) and isinstance(args[1], Tensor) and args[1].rank == 5
 
 
 def f16_refusal(name: str, args) -> str | None:
     """Why PyTorch's float16 result of this node cannot be reproduced, or None."""
     if not _has_half(args):
         return None
-    if name in _F16_REFUSED:
-        return _F16_REFUSED[name]
-    if name in ("convolution", "_convolution") and _transposed_3d(args):
-        return _F16_REFUSED["conv_transpose3d"]
-    return None
+    return _F16_REFUSED.get(name)
 
 
 def computes_in_f32(name: str, args=()) -> bool:

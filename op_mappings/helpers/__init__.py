@@ -12,6 +12,9 @@ the builder, the registry's types and other helpers (no cycles). A helper takes 
 - :mod:`.matrix`: batched matrix products and ``einsum`` (integer ones exact, element-wise);
 - :mod:`.integer`: exact integer powers, shifts, gcd/lcm and the fixed-count loop they use;
 - :mod:`.windows`: pooling window geometry;
+- :mod:`.ordered_sum`: sums of gathered taps added one by one in order in the dtype (the
+  float16 kernels of PyTorch that accumulate in f16: transposed convolutions, 3-D adaptive
+  average pooling), one ``tract_core_scan`` over the taps;
 - :mod:`.normalization`: batch-norm statistics and per-channel affine;
 - :mod:`.recurrence`: the recurrent layers as ``tract_core_scan`` loops (``recurrent`` and
   the dynamically quantized LSTM/GRU of ``quantized``), with float or int8 products;
