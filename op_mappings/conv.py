@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from op_mappings.helpers.integer_conv import dilate, flip_spatial, integer_conv
-from op_mappings.helpers.ordered_sum import ordered_tap_sum
+from op_mappings.helpers.ordered_sum import col2im_tables, ordered_tap_sum
 from op_mappings.helpers.windows import as_list
 from t2n.registry import aten
 
@@ -207,19 +207,15 @@ def _conv_transpose_f16(g, x, weight, bias, stride, padding, output_padding, gro
     cols = g.op("conv", g.cast(x, f32), w, g.scalar(0.0, f32), border="constant",
                 padding=[(0, 0)] * n, stride=[1] * n, dilation=[1] * n, groups=groups,
                 out_shape=[x.shape[0], w.shape[0]] + sizes, out_dtype=f32)
-    taps = torch.cartesian_prod(*[torch.arange(k) for k in kernel]).reshape(-1, n)
-    cols = g.reshape(g.cast(cols, torch.float16), [x.shape[0], c_out, taps.shape[0]] + sizes)
+    taps = 1
+    for k in kernel:
+        taps *= k
+    cols = g.reshape(g.cast(cols, torch.float16), [x.shape[0], c_out, taps] + sizes)
     out = [(sizes[i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (kernel[i] - 1)
            + output_padding[i] + 1 for i in range(n)]
     if any(o <= 0 for o in out):
         raise g.error(f"input: transposed convolution output size {out} is not positive")
-    tables = []
-    for i in range(n):
-        # output o of tap a reads input q = (o + padding - a * dilation) / stride
-        num = torch.arange(out[i])[None, :] + padding[i] - taps[:, i:i + 1] * dilation[i]
-        q = torch.div(num, stride[i], rounding_mode="floor")
-        hit = (num % stride[i] == 0) & (q >= 0) & (q < sizes[i])
-        tables.append((3 + i, torch.where(hit, q, sizes[i])))
+    tables = col2im_tables(3, sizes, kernel, stride, padding, dilation, out)
     y = ordered_tap_sum(g, cols, tables, tap_axis=2)
     y = g.reshape(y, [x.shape[0], c_out] + out)
     if bias is not None:

@@ -7,13 +7,16 @@ transposed convolution of the ``[N, C*kh*kw, Lh, Lw]`` grid, grouped by channel,
 sends input channel ``c*kh*kw + i*kw + j`` to tap ``(i, j)`` of output channel ``c`` (a
 one-hot ``[C, kh*kw, kh, kw]`` filter), with the block stride, dilation and padding. So the
 lowering is one ``deconv`` (two ops more for a reshape and, when the image has rows no block
-reaches, a zero pad), whatever the sizes.
+reaches, a zero pad), whatever the sizes. In float16 PyTorch adds the blocks into the image
+in f16, tap after tap: the same order is kept with one scan over the kernel taps
+(:mod:`op_mappings.helpers.ordered_sum`).
 """
 
 from __future__ import annotations
 
 import torch
 
+from op_mappings.helpers.ordered_sum import col2im_tables, ordered_tap_sum
 from t2n.registry import aten
 
 
@@ -65,6 +68,12 @@ def col2im(g, self, output_size, kernel_size, dilation, padding, stride):
     if length != grid[0] * grid[1]:
         raise g.error(f"self: {length} blocks given where output_size={size} holds "
                       f"{grid[0]}x{grid[1]} = {grid[0] * grid[1]} (PyTorch refuses it too)")
+    if self.dtype == torch.float16:
+        cols = g.reshape(x, [n, channels, taps, grid[0], grid[1]])
+        y = ordered_tap_sum(g, cols, col2im_tables(3, grid, kernel, stride, padding, dilation,
+                                                   size), tap_axis=2)
+        y = g.reshape(y, [n, channels] + size)
+        return y if self.rank == 3 else g.squeeze(y, [0])
     x = g.reshape(x, [n, ckk, grid[0], grid[1]])
     taps_eye = torch.eye(taps, dtype=self.dtype).reshape(taps, kernel[0], kernel[1])
     w = g.const(taps_eye.expand(channels, taps, kernel[0], kernel[1]).contiguous())

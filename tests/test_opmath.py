@@ -141,8 +141,9 @@ def _f32_route_differs(fn, args):
 
 def test_half_ordered_sums_follow_pytorch_tap_by_tap():
     """PyTorch's Half transposed convolutions add each kernel tap's column (an f32 product
-    rounded to f16) into the output in f16, tap after tap (col2im/col2vol), and its 3-D
-    adaptive average pooling sums each window in f16 in order, then divides by kT, kH, kW.
+    rounded to f16) into the output in f16, tap after tap (col2im/col2vol; F.fold too), and its
+    3-D adaptive average pooling sums each window in f16 in order, then divides by kT, kH,
+    kW.
     t2n reproduces both orders with one tract_core_scan over the taps (within one ulp)."""
     torch.manual_seed(0)
     h = torch.float16
@@ -158,6 +159,8 @@ def test_half_ordered_sums_follow_pytorch_tap_by_tap():
                                                                 (1, 0, 0), 2, (1, 2, 1)),
                              ((torch.randn(1, 2, 3, 4, 3) * 2).to(h),
                               torch.randn(2, 1, 2, 3, 2).to(h), torch.randn(2).to(h))),
+        "fold": (lambda c: F.fold(c, (8, 8), 3, padding=1),
+                 ((torch.randn(2, 27, 64) * 3).to(h),)),
         "adaptive_avg_pool3d": (lambda x: (F.adaptive_avg_pool3d(x, (3, 2, 4)),
                                            F.adaptive_avg_pool3d(x[0], (2, None, 1))),
                                 ((torch.randn(2, 3, 9, 6, 20) * 3 + 10).to(h),)),

@@ -97,3 +97,19 @@ def ordered_tap_sum(g, src, tables, tap_axis: int | None = None):
     new = loop.body.binary("add", state, _tap(loop.body, step_src, rows), src.dtype)
     loop.update(state, new)
     return loop.outputs([loop.last_output(new)])[0]
+
+
+def col2im_tables(first_axis: int, sizes, kernel, stride, padding, dilation, out) -> list:
+    """The tap tables of PyTorch's ``col2im``/``col2vol`` for :func:`ordered_tap_sum`:
+    kernel taps in raster order; output position ``o`` of tap ``a`` (per spatial axis) reads
+    column position ``q = (o + padding - a * dilation) / stride`` when that is a whole
+    number in ``[0, size)``, nothing otherwise. Spatial axis ``i`` is ``first_axis + i``."""
+    n = len(kernel)
+    taps = torch.cartesian_prod(*[torch.arange(k) for k in kernel]).reshape(-1, n)
+    tables = []
+    for i in range(n):
+        num = torch.arange(out[i])[None, :] + padding[i] - taps[:, i:i + 1] * dilation[i]
+        q = torch.div(num, stride[i], rounding_mode="floor")
+        hit = (num % stride[i] == 0) & (q >= 0) & (q < sizes[i])
+        tables.append((first_axis + i, torch.where(hit, q, sizes[i])))
+    return tables
