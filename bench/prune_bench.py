@@ -5,12 +5,14 @@ without and with ``compact=True``: archive size, op count, tract load time and r
 the largest difference from PyTorch and between the two archives.
 
 Models: the ResNet-18 fixture (residual adds), torchvision ``mobilenet_v2`` (depthwise convs
-in inverted residuals) and ``densenet121`` (concatenations). ``--bn random`` gives every batch
-norm random statistics and shift, as training leaves them: a pruned channel then holds a
-nonzero constant, which a zero-padded depthwise conv turns into a border-dependent map, so
-such channels stay.
+in inverted residuals), ``densenet121`` (concatenations), ``efficientnet_b0`` (depthwise
+convs with squeeze-excitation) and ``mnasnet1_0`` (depthwise convs, ReLU). ``--bn random``
+gives every batch norm random statistics and shift, as training leaves them: a pruned
+channel then holds a nonzero constant, which a zero-padded depthwise conv turns into a
+border-dependent map; such a channel goes only where the map ends up the same everywhere
+(ReLU6 clipping it) or is pooled to one value.
 
-    python -m bench.prune_bench [--models resnet18,mobilenet_v2,densenet121] [--size 224]
+    python -m bench.prune_bench [--models resnet18,mobilenet_v2,...] [--size 224]
                                 [--runs 20] [--bn init|random]
 """
 
@@ -67,7 +69,9 @@ def _torchvision(name):
 _pruned.random_bn = False
 
 MODELS = {"resnet18": pruned_resnet18, "mobilenet_v2": _torchvision("mobilenet_v2"),
-          "densenet121": _torchvision("densenet121")}
+          "densenet121": _torchvision("densenet121"),
+          "efficientnet_b0": _torchvision("efficientnet_b0"),
+          "mnasnet1_0": _torchvision("mnasnet1_0")}
 
 
 def main(argv=None) -> int:

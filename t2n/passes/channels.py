@@ -56,12 +56,19 @@ ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "min": 2, "max": 2, "pow": 2, "
           "clamp": 3, "batch_normalization": 5}
 
 
+# Convolutions, forward and transposed. In the graph both have their filter as
+# ``[C_out, C_in / groups, k...]`` (the mapping regroups PyTorch's transposed-convolution
+# weight ``[C_in, C_out / groups, k...]``), so output channels are filter rows and input
+# channels filter columns (per group) for both.
+CONV_KINDS = ("conv", "deconv")
+
+
 def weight_layers(g: Graph, live: list[Op] | None = None) -> list[Op]:
-    """The convolutions and matrix products with a constant weight, of ``live`` (the live
-    ops of ``g`` when not given)."""
+    """The convolutions (forward and transposed) and matrix products with a constant
+    weight, of ``live`` (the live ops of ``g`` when not given)."""
     out = []
     for op in (g.live_ops() if live is None else live):
-        if op.kind == "conv" and len(op.args) >= 2 and is_const(op.args[1]):
+        if op.kind in CONV_KINDS and len(op.args) >= 2 and is_const(op.args[1]):
             out.append(op)
         elif op.kind == "matmul" and linear_weight(op) is not None:
             out.append(op)
@@ -88,6 +95,19 @@ def conv_bias(op: Op):
     """The conv bias argument (a constant), or None when absent or computed."""
     b = op.args[2] if len(op.args) > 2 else op.attrs.get("bias")
     return b if is_const(b) else None
+
+
+def conv_bias_vector(op: Op, channels: int, dtype):
+    """The bias of a convolution as a vector over its output channels (zeros without one);
+    None when it is computed or not per-channel."""
+    bias = conv_bias(op)
+    has_bias = len(op.args) > 2 or "bias" in op.attrs
+    if has_bias and bias is None:
+        return None  # a computed bias: the channel is not constant
+    if bias is None:
+        return torch.zeros(channels, dtype=dtype)
+    vec = per_channel(bias, 2, 1, channels)
+    return None if vec is None else vec.to(dtype).clone()
 
 
 def set_conv_bias(op: Op, value: Tensor) -> None:

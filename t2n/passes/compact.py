@@ -1,21 +1,25 @@
 """Channel compaction: remove the output channels that structured pruning zeroed.
 
-A convolution (or a matrix product with a constant weight) whose filter is all zero for an
-output channel computes a constant for it (its bias); per-channel ops after it (batch norm,
+A convolution, transposed or not (or a matrix product with a constant weight), whose filter
+is all zero for an output channel computes a constant for it (its bias); per-channel ops after it (batch norm,
 scales, activations) make it another constant ``c``, and pooling, reductions, squeezes and
 a flatten carry it on (``compact_layout``). So the channel goes: the producer's filter and
 bias lose it, so do the per-channel constants on the way, and each consumer (a convolution,
-grouped or not, a matrix product over the channel axis) loses the matching input and
-folds what ``c`` contributed into its bias, ``bias[o] += c * sum(W[o, k, ...])`` (exact; a
-zero-padded consumer gets a border map instead, see ``_add_border_map``). Which channels
+transposed or not, grouped or not, a matrix product over the channel axis) loses the
+matching input and folds what ``c`` contributed into its bias,
+``bias[o] += c * sum(W[o, k, ...])`` (exact; a zero-padded consumer, or a transposed one
+whose outputs do not all see every tap, gets a border map instead, see
+``_add_border_map``). A zero-padded depthwise conv turns ``c`` into a per-position map; it
+is followed as such (``compact_values``), and the channel goes where the map is the same
+everywhere or is reduced to one constant. Which channels
 go is decided per *region* (``compact_region``): a residual ``add`` ties the channels of
 the weight layers behind both operands (the channels zero in all of them go, from all of
 them), a concatenation ties each input's channels to its slice of the result, and a
-depthwise convolution ties each input channel to its filters (a group whose filters are
+depthwise convolution (transposed too) ties each input channel to its filters (a group whose filters are
 all zero makes its input channel dead: the layer producing it drops that channel too).
 A grouped convolution loses as many channels from every group (the fewest any group can
-lose). Anything else that reads a channel (a graph input or output, a transposed
-convolution, an op the pass does not know) keeps it: the pass never changes a result. Layers are visited
+lose). Anything else that reads a channel (a graph input or output, a
+consumer reading it as a varying map, an op the pass does not know) keeps it: the pass never changes a result. Layers are visited
 last first, so a border map added after a consumer never blocks its own plan.
 
 The pass runs for ``t2n.export(..., compact=True)`` and reports per-layer figures
@@ -31,7 +35,7 @@ import torch
 
 from ..builder import Graph, Op, Tensor
 from . import GraphPass, PassContext, compact_layout, compact_region
-from .channels import (conv_bias, is_const, linear_bias_add, linear_weight, op_order,
+from .channels import (CONV_KINDS, conv_bias, linear_bias_add, linear_weight, op_order,
                        per_channel, set_conv_bias, tensor_uses, variable_label, weight_layers)
 
 
@@ -40,7 +44,7 @@ class LayerStats:
     """What the pass saw and did for one layer with a constant weight."""
 
     name: str
-    kind: str  # "conv" or "linear"
+    kind: str  # "conv", "deconv" (transposed) or "linear"
     sparsity: float  # fraction of exact zeros in the weight (the pruned product)
     channels_before: int
     channels_after: int
@@ -105,7 +109,7 @@ def _layer_name(g: Graph, op: Op) -> str:
 def _size(g: Graph, op: Op, uses) -> tuple[int, int]:
     """(output channels, parameter count) of a weight layer as the graph stands."""
     w = op.args[1]
-    if op.kind == "conv":
+    if op.kind in CONV_KINDS:
         channels = int(w.shape[0])
         bias = conv_bias(op)
     else:
@@ -121,7 +125,7 @@ def _layer_stats(g: Graph, op: Op, uses) -> LayerStats:
     w = op.args[1].value
     channels, params = _size(g, op, uses)
     sparsity = float((w == 0).sum()) / max(w.numel(), 1)
-    return LayerStats(_layer_name(g, op), op.kind if op.kind == "conv" else "linear",
+    return LayerStats(_layer_name(g, op), op.kind if op.kind in CONV_KINDS else "linear",
                       sparsity, channels, channels, params, params)
 
 
@@ -153,10 +157,11 @@ def compact_graph(g: Graph) -> None:
 
 def _absorbable(op: Op, value: torch.Tensor) -> torch.Tensor:
     """bool [C]: the constant input channels ``value`` that consumer ``op`` can fold exactly
-    (into its bias; a zero-padded conv needs a border map, or a zero constant)."""
+    (into its bias; a zero-padded or transposed conv needs a border map, or a zero
+    constant)."""
     ok = torch.isfinite(value) if value.dtype.is_floating_point else \
         torch.zeros(value.shape, dtype=torch.bool)
-    if op.kind == "conv" and not _no_padding(op) and not _border_map_ok(op):
+    if op.kind in CONV_KINDS and not _uniform_response(op) and not _border_map_ok(op):
         ok &= value == 0
     return ok
 
@@ -169,11 +174,23 @@ def _border_map_ok(op: Op) -> bool:
         and all(isinstance(d, int) for d in x.shape[2:])
 
 
-def _no_padding(op: Op) -> bool:
+def _uniform_response(op: Op) -> bool:
+    """Whether a constant input makes a constant output of conv ``op`` (``c * sum(W)``
+    at every position): a conv without padding; a transposed conv with stride 1 whose
+    padding crops the ``d * (k - 1)`` border outputs on both sides (every output then
+    sees every tap)."""
     pad = op.attrs.get("padding")
     if not pad:  # [] means automatic ("same") padding in NNEF
         return False
-    return all(int(a) == 0 and int(b) == 0 for a, b in pad)
+    if op.kind == "conv":
+        return all(int(a) == 0 and int(b) == 0 for a, b in pad)
+    w = op.args[1]
+    n = w.rank - 2
+    stride = [int(v) for v in op.attrs.get("stride") or [1] * n]
+    dilation = [int(v) for v in op.attrs.get("dilation") or [1] * n]
+    return len(pad) == n and all(
+        s == 1 and int(a) == int(b) == d * (int(k) - 1)
+        for s, d, k, (a, b) in zip(stride, dilation, w.shape[2:], pad))
 
 
 
@@ -183,7 +200,7 @@ def _apply(g: Graph, r, uses) -> None:
     for op in r.producers:
         m = members[id(op.outputs[0])]
         w, keep, channels = op.args[1], m.keep, m.channels
-        if op.kind == "conv":
+        if op.kind in CONV_KINDS:
             op.args[1] = _replace(g, w, w.value.index_select(0, keep))
             bias = conv_bias(op)
             if bias is not None and bias.rank:
@@ -273,7 +290,7 @@ def _shrink_conv_input(g: Graph, op: Op, keep, gone, c) -> None:
     op.args[1] = _replace(g, w, w_keep)
     if delta is None:
         return
-    if not _no_padding(op):
+    if not _uniform_response(op):
         _add_border_map(g, op, w_gone, c)
         return
     out_ch = int(wv.shape[0])
@@ -292,8 +309,9 @@ def _shrink_conv_input(g: Graph, op: Op, keep, gone, c) -> None:
 
 def _add_border_map(g: Graph, op: Op, w_gone: torch.Tensor, c: torch.Tensor) -> None:
     """What constant channels contribute through a zero-padded conv depends on the position
-    (border outputs see fewer taps): it is ``conv(ones, sum_k c_k W[:, k])`` with the same
-    padding, an input-independent map. It is added after ``op``; the archive stores only
+    (border outputs see fewer taps; so do the outputs of a transposed conv between its
+    strided taps): it is ``conv(ones, sum_k c_k W[:, k])`` (``deconv`` for a transposed
+    conv) with the same padding, an input-independent map. It is added after ``op``; the archive stores only
     the one-channel filter, and tract folds the constant subgraph when it loads the model."""
     shape = (w_gone.shape[0], 1) + tuple(w_gone.shape[2:])
     w_eff = (w_gone.to(torch.float64) * c.to(torch.float64).reshape(1, -1, *[1] * (
@@ -306,7 +324,7 @@ def _add_border_map(g: Graph, op: Op, w_gone: torch.Tensor, c: torch.Tensor) -> 
         else None
     attrs = {k: v for k, v in op.attrs.items() if k != "bias"}
     attrs["groups"] = 1
-    fmap = g.op("conv", ones, g.variable(w_eff, label), g.scalar(0.0, y.dtype),
+    fmap = g.op(op.kind, ones, g.variable(w_eff, label), g.scalar(0.0, y.dtype),
                 out_shape=[1] + list(y.shape[1:]), out_dtype=y.dtype, **attrs)
     inner = Tensor(g.fresh_name(op.kind), y.shape, y.dtype)
     op.outputs[0] = inner

@@ -9,6 +9,9 @@ layers that consume it:
   constant;
 * ``mean_reduce``, ``max_reduce``, ``min_reduce`` over axes other than the channel axis
   (the reduced axes stay as size 1);
+* a ``pad`` of the spatial axes: the channel stays where it is (what it holds then is
+  ``compact_values``' business: a ``reflect``/``replicated`` pad keeps a constant, a
+  constant pad makes it a map unless the value is the same);
 * ``squeeze``/``unsqueeze`` of other axes, and a ``reshape`` that either keeps the channel
   axis as it is or flattens it with every axis after it (``Flatten`` before a linear head):
   the channel then becomes a block of consecutive features of the flattened axis.
@@ -27,7 +30,8 @@ from ..builder import Op, Tensor
 
 _REDUCE = ("mean_reduce", "max_reduce", "min_reduce")
 POOLING = ("max_pool", "avg_pool")
-KINDS = POOLING + _REDUCE + ("squeeze", "unsqueeze", "reshape")  # the ops ``through`` follows
+KINDS = POOLING + _REDUCE + ("squeeze", "unsqueeze", "reshape", "pad")  # what ``through``
+#                                                                     follows
 
 
 def _static(shape) -> bool:
@@ -61,6 +65,12 @@ def through(op: Op, pos, t: Tensor, layout: tuple, channels: int):
         if padded and op.attrs.get("border") != "ignore":
             return None
         return (1, 1) if o.shape[1] == t.shape[1] else None
+    if op.kind == "pad":
+        pads = op.attrs.get("padding") or []
+        if block != 1 or axis != 1 or len(pads) != t.rank or op.args[0] is not t or \
+                any(int(a) or int(b) for a, b in pads[:2]):
+            return None
+        return (1, 1)
     if op.kind in _REDUCE:
         axes = [int(a) for a in op.attrs.get("axes", [])]
         if axis in axes or o.rank != t.rank:

@@ -9,22 +9,23 @@ weight layer, found by following the graph both ways from its output:
   same channel (a block of features after a flatten);
 * a ``concat`` along the channel axis ties channel ``c`` of input ``i`` to channel
   ``offset_i + c`` of its result;
-* a depthwise convolution (``groups`` = input channels, ``k`` output channels per input
-  channel) ties input channel ``i`` to its output channels ``i*k .. i*k + k-1``.
+* a depthwise convolution, transposed or not (``groups`` = input channels, ``k`` output
+  channels per input channel) ties input channel ``i`` to its output channels
+  ``i*k .. i*k + k-1``.
 
 Tied channels form a *unit* (union-find): a unit is removed from every tensor holding it, or
-from none. The region ends at weight layers producing channels (a conv that is not
-depthwise, or a matrix product with a constant weight: it drops output rows) and at weight
-layers contracting the channel axis (*consumers*: they drop input channels and fold what the
+from none. The region ends at weight layers producing channels (a conv, transposed or not,
+that is not depthwise, or a matrix product with a constant weight: it drops output rows)
+and at weight layers contracting the channel axis (*consumers*: they drop input channels and fold what the
 removed channels contributed into their bias, which needs the channel to be a known
 per-channel constant). A grouped conv producing or reading channels must lose as many from
 each of its groups: the plan keeps the surplus (``_keep_shapes``). Anything else touching a
-channel (a graph input or output, a constant operand of a concat, a transposed conv, an op
-the pass does not know) *blocks* its units: they stay. So a unit goes when nothing blocks
-it and every consumer reading it reads a constant: a zero filter's bias carried through
-per-channel ops, or a channel that is dead because every op reading it drops it (the input
-channel of a depthwise filter pruned to zero). Constants are evaluated per channel, in
-graph order, with torch.
+channel (a graph input or output, a constant operand of a concat, an op the pass does not
+know) *blocks* its units: they stay. So a unit goes when nothing blocks it and every
+consumer reading it reads a constant (``compact_values``: one value at every position, not
+a map that varies): a zero filter's bias carried through per-channel ops, or a channel
+that is dead because every op reading it drops it (the input channel of a depthwise filter
+pruned to zero). Constants are evaluated per channel, in graph order, with torch.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..builder import Graph, Op, Tensor
-from . import compact_layout
-from .channels import (ARITY, ELEMENTWISE, conv_bias, is_const, is_output, linear_weight,
-                       per_channel)
+from . import compact_layout, compact_values
+from .channels import (CONV_KINDS, ELEMENTWISE, conv_bias, conv_bias_vector, is_const,
+                       is_output, linear_weight, per_channel)
 
 
 @dataclass
@@ -49,7 +50,9 @@ class Member:
     block: int
     units: list
     value: torch.Tensor | None = None
-    known: torch.Tensor | None = None
+    known: torch.Tensor | None = None  # a constant (one value, or a map: see compact_values)
+    mapped: torch.Tensor | None = None  # a per-position constant (a map)
+    field: torch.Tensor | None = None  # the maps, [C, *spatial] (compact_values)
     keep: torch.Tensor | None = None  # channel indices that stay (set by ``plan``)
     gone: torch.Tensor | None = None
 
@@ -75,19 +78,21 @@ class _Stop(Exception):
 
 
 def source(op: Op):
-    """``(axis, channels, zero, c0)`` of a weight layer (a conv, grouped or not, or a matrix
-    product): the channel axis of its output, the zero-filter mask and the constant (its
-    bias) of each zeroed channel; None when its output channels cannot be removed."""
+    """``(axis, channels, zero, c0)`` of a weight layer (a conv, transposed or not, grouped
+    or not, or a matrix product): the channel axis of its output, the zero-filter mask and
+    the constant (its bias) of each zeroed channel; None when its output channels cannot
+    be removed. (A transposed conv adds its bias at every output position, so a zero
+    filter row makes the channel its bias there too.)"""
     w = op.args[1]
     if not w.dtype.is_floating_point:
         return None
-    if op.kind == "conv":
+    if op.kind in CONV_KINDS:
         groups = int(op.attrs.get("groups", 1))
         if w.rank < 3 or groups < 1 or int(w.shape[0]) % groups:
             return None
         axis, channels = 1, int(w.shape[0])
         zero = (w.value.reshape(channels, -1) == 0).all(dim=1)
-        c0 = _conv_bias_vector(op, channels, w.dtype)
+        c0 = conv_bias_vector(op, channels, w.dtype)
         if c0 is None:
             return None
     else:
@@ -106,23 +111,11 @@ def source(op: Op):
     return axis, channels, zero, c0
 
 
-def _conv_bias_vector(op: Op, channels: int, dtype):
-    """The bias of a conv as a vector over its output channels (zeros without one); None
-    when it is computed or not per-channel."""
-    bias = conv_bias(op)
-    has_bias = len(op.args) > 2 or "bias" in op.attrs
-    if has_bias and bias is None:
-        return None  # a computed bias: the channel is not constant
-    if bias is None:
-        return torch.zeros(channels, dtype=dtype)
-    vec = per_channel(bias, 2, 1, channels)
-    return None if vec is None else vec.to(dtype).clone()
-
-
 def depthwise_k(op: Op):
-    """Output channels per input channel of a depthwise convolution (``groups`` = input
-    channels > 1, one input channel per filter, constant weight); None for other ops."""
-    if op.kind != "conv" or len(op.args) < 2 or not is_const(op.args[1]):
+    """Output channels per input channel of a depthwise convolution, transposed or not
+    (``groups`` = input channels > 1, one input channel per filter, constant weight); None
+    for other ops."""
+    if op.kind not in CONV_KINDS or len(op.args) < 2 or not is_const(op.args[1]):
         return None
     x, w = op.args[0], op.args[1]
     groups = int(op.attrs.get("groups", 1))
@@ -134,11 +127,12 @@ def depthwise_k(op: Op):
 
 
 def consumer_kind(op: Op, pos, t: Tensor, axis: int, channels: int) -> str | None:
-    """'conv'/'linear' when ``op`` contracts the channel axis of ``t`` with a constant weight."""
+    """'conv'/'linear' when ``op`` contracts the channel axis of ``t`` with a constant weight
+    (a transposed conv is a 'conv': its filter columns are its input channels too)."""
     if pos != 0 or len(op.outputs) != 1:
         return None
     groups = int(op.attrs.get("groups", 1))
-    if op.kind == "conv" and axis == 1 and len(op.args) >= 2 and is_const(op.args[1]) \
+    if op.kind in CONV_KINDS and axis == 1 and len(op.args) >= 2 and is_const(op.args[1]) \
             and op.args[1].shape[1] * groups == channels \
             and (groups == 1 or depthwise_k(op) is None) \
             and int(op.args[1].shape[0]) % groups == 0:
@@ -220,7 +214,7 @@ class _Builder:
 
     # following the graph
     def run(self, root: Op) -> Region:
-        if root.kind == "conv" and depthwise_k(root) is not None:
+        if root.kind in CONV_KINDS and depthwise_k(root) is not None:
             self.member(root.outputs[0], 1)
         else:
             found = self.source(root)
@@ -236,7 +230,7 @@ class _Builder:
 
     def source(self, op: Op):
         """``source(op)``, cached while the weight and bias of ``op`` stay the same."""
-        key = (op.args[1], conv_bias(op) if op.kind == "conv" else None, op.outputs[0])
+        key = (op.args[1], conv_bias(op) if op.kind in CONV_KINDS else None, op.outputs[0])
         hit = self.cache.get(id(op))
         if hit is None or any(a is not b for a, b in zip(hit[0], key)):
             hit = self.cache[id(op)] = (key, source(op))
@@ -250,7 +244,7 @@ class _Builder:
             return
         if id(p) in self.linked or id(p) in self.produced:
             return
-        if p.kind in ("conv", "matmul") and id(p) in self.weight_ids and \
+        if p.kind in CONV_KINDS + ("matmul",) and id(p) in self.weight_ids and \
                 depthwise_k(p) is None:
             found = self.source(p)
             if found is None or found[0] != m.axis or m.block != 1:
@@ -258,7 +252,7 @@ class _Builder:
                 return
             self.produced.add(id(p))
             self.r.producers.append(p)
-            groups = int(p.attrs.get("groups", 1)) if p.kind == "conv" else 1
+            groups = int(p.attrs.get("groups", 1)) if p.kind in CONV_KINDS else 1
             if groups > 1:
                 self.r.balanced.append((m, m.channels // groups))
             return
@@ -302,7 +296,7 @@ class _Builder:
             return self.elementwise(op, m)
         if op.kind == "concat":
             return self.concat(op, m)
-        if op.kind == "conv" and depthwise_k(op) is not None:
+        if op.kind in CONV_KINDS and depthwise_k(op) is not None:
             return self.depthwise(op, m)
         if op.kind in compact_layout.KINDS and m.t is op.outputs[0]:
             x = op.args[0] if op.args else None
@@ -370,7 +364,7 @@ class _Builder:
         if m.axis != 1 or m.block != 1:
             return False
         k = depthwise_k(op)
-        bias = _conv_bias_vector(op, int(op.args[1].shape[0]), op.args[1].dtype)
+        bias = conv_bias_vector(op, int(op.args[1].shape[0]), op.args[1].dtype)
         if bias is None:
             return False
         self.linked.add(id(op))
@@ -378,86 +372,6 @@ class _Builder:
         x, y = self.member(op.args[0], 1), self.member(op.outputs[0], 1)
         self.tie(x, y, ((o // k, o) for o in range(y.channels)))
         return True
-
-
-# ---------------------------------------------------------------------------- constants
-def _evaluate(b: _Builder) -> None:
-    """Per-channel constants of every member, in graph order."""
-    r = b.r
-    for m in r.members.values():
-        m.value = torch.zeros(m.channels, dtype=m.t.dtype)
-        m.known = torch.zeros(m.channels, dtype=torch.bool)
-    for p in r.producers:
-        m = r.members[id(p.outputs[0])]
-        _, _, zero, c0 = b.source(p)
-        m.value, m.known = c0.to(m.t.dtype), zero.clone()
-    ops = r.chain + [op for op, _ in r.depthwise]
-    for op in sorted(ops, key=lambda o: b.order[id(o)]):
-        out = r.members[id(op.outputs[0])]
-        if op.kind == "concat":
-            vals, known, ok = [], [], True
-            for p in op.args[0]:
-                pm = r.members.get(id(p))
-                n = int(p.shape[out.axis])
-                vals.append(pm.value.to(out.t.dtype) if pm else torch.zeros(n, dtype=out.t.dtype))
-                known.append(pm.known if pm else torch.zeros(n, dtype=torch.bool))
-            out.value, out.known = torch.cat(vals), torch.cat(known)
-        elif op.kind in ELEMENTWISE:
-            _elementwise_value(op, out, r.members)
-        elif op.kind == "conv":
-            _depthwise_value(op, out, r.members[id(op.args[0])])
-        else:  # layout: a constant stays the same constant
-            src = r.members[id(op.args[0])]
-            out.value, out.known = src.value.to(out.t.dtype), src.known.clone()
-
-
-def _elementwise_value(op: Op, out: Member, members: dict) -> None:
-    ax, c = out.axis, out.channels
-    if (op.kind in ARITY and len(op.args) != ARITY[op.kind]) or \
-            (op.kind not in ARITY and len(op.args) != 1):
-        return
-    operands, known = [], torch.ones(c, dtype=torch.bool)
-    for a in op.args:
-        m = members.get(id(a))
-        if m is not None:
-            operands.append(m.value)
-            known &= m.known
-        elif a.is_const:
-            v = per_channel(a, out.t.rank, ax, c)
-            if v is None:
-                return
-            operands.append(v)
-        else:
-            return  # a computed operand broadcast over the channels: not a constant
-    floats = [v.dtype for v in operands if v.dtype.is_floating_point]
-    if floats:  # tract has no implicit promotion: float operands share one dtype
-        operands = [v.to(floats[0]) if v.dtype.is_floating_point else v for v in operands]
-    with torch.no_grad():
-        try:
-            value = ELEMENTWISE[op.kind](operands, op.attrs).to(out.t.dtype)
-        except (RuntimeError, TypeError):
-            return
-    if value.shape != (c,):
-        return
-    out.value, out.known = value, known
-
-
-def _depthwise_value(op: Op, out: Member, src: Member) -> None:
-    """Output channel ``o`` of a depthwise conv is its bias when its filter is zero or its
-    input channel is zero; ``c * sum(W[o]) + b[o]`` for a constant ``c`` without padding
-    (zero padding makes a nonzero constant position-dependent)."""
-    w = op.args[1].value
-    k = w.shape[0] // src.channels
-    bias = _conv_bias_vector(op, int(w.shape[0]), w.dtype).to(torch.float64)
-    flat = w.reshape(w.shape[0], -1).to(torch.float64)
-    zero = (flat == 0).all(dim=1)
-    c = src.value.to(torch.float64).repeat_interleave(k)
-    ck = src.known.repeat_interleave(k) & torch.isfinite(c)
-    pad = op.attrs.get("padding")
-    unpadded = bool(pad) and all(int(a) == 0 and int(b) == 0 for a, b in pad)
-    value = torch.where(zero, bias, c * flat.sum(dim=1) + bias)
-    known = zero | (ck & (c == 0)) | (ck & unpadded)
-    out.value, out.known = value.to(out.t.dtype), known
 
 
 # ---------------------------------------------------------------------------- the plan
@@ -473,11 +387,11 @@ def plan(g: Graph, root: Op, uses, order, layers, absorbable, cache) -> Region |
         return None
     if not r.consumers:
         return None
-    _evaluate(b)
+    compact_values.evaluate(r, b.source, lambda o: b.order[id(o)])
     unabsorbed = set()  # channels a consumer reads that are not a constant it can fold
     for op, t, _ in r.consumers:
         m = r.members[id(t)]
-        ok = m.known & absorbable(op, m.value)
+        ok = m.known & ~m.mapped & absorbable(op, m.value)
         unabsorbed.update(m.units[c] for c in range(m.channels) if not bool(ok[c]))
     root = [b.find(u) for u in range(len(b.parent))]
     stays = {root[u] for u in b.blocked | unabsorbed}
