@@ -9,8 +9,9 @@ in inverted residuals), ``densenet121`` (concatenations), ``efficientnet_b0`` (d
 convs with squeeze-excitation) and ``mnasnet1_0`` (depthwise convs, ReLU). ``--bn random``
 gives every batch norm random statistics and shift, as training leaves them: a pruned
 channel then holds a nonzero constant, which a zero-padded depthwise conv turns into a
-border-dependent map; such a channel goes only where the map ends up the same everywhere
-(ReLU6 clipping it) or is pooled to one value.
+border-dependent map; such a channel goes as a constant where the map ends up the same
+everywhere (ReLU6 clipping it) or is pooled to one value, and as a position map added
+after the conv that reads it otherwise.
 
     python -m bench.prune_bench [--models resnet18,mobilenet_v2,...] [--size 224]
                                 [--runs 20] [--bn init|random]

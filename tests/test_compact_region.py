@@ -229,7 +229,7 @@ class DepthwiseMultiplier(nn.Module):
 def test_depthwise_multiplier_two_removes_whole_filter_groups(tmp_path, dims, padding):
     """pw channel 1 is the constant relu(0.5): through an unpadded depthwise conv its two
     outputs are constants (c * sum(W) + b) and the group goes; zero padding makes them
-    a map and the group stays. Both filters of group 2 are zero: its input channel is
+    maps, which `out` adds as a position map: the group goes too. Both filters of group 2 are zero: its input channel is
     dead, so pw's (nonzero) channel 2 goes too. Group 3 has one zero filter: it stays."""
     torch.manual_seed(6)
     model = DepthwiseMultiplier(dims, padding).eval()
@@ -239,7 +239,7 @@ def test_depthwise_multiplier_two_removes_whole_filter_groups(tmp_path, dims, pa
         model.pw.bias[1] = 0.5
     _, small = _differential(tmp_path, model, torch.randn(1, 3, *[6] * dims))
     layers = _layers(small)
-    groups_gone = 1 if padding else 2
+    groups_gone = 2
     assert layers["pw"].channels_removed == groups_gone
     assert layers["dw"].channels_removed == 2 * groups_gone
     assert layers["out"].params_after == 3 * (8 - 2 * groups_gone) + 3

@@ -10,8 +10,9 @@ matching input and folds what ``c`` contributed into its bias,
 ``bias[o] += c * sum(W[o, k, ...])`` (exact; a zero-padded consumer, or a transposed one
 whose outputs do not all see every tap, gets a border map instead, see
 ``_add_border_map``). A zero-padded depthwise conv turns ``c`` into a per-position map; it
-is followed as such (``compact_values``), and the channel goes where the map is the same
-everywhere or is reduced to one constant. Which channels
+is followed as such (``compact_values``): where it is the same everywhere or is reduced
+to one constant it is folded like one, and a conv reading a varying map adds it as a
+position map (``_add_position_map``). Which channels
 go is decided per *region* (``compact_region``): a residual ``add`` ties the channels of
 the weight layers behind both operands (the channels zero in all of them go, from all of
 them), a concatenation ties each input's channels to its slice of the result, and a
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from ..builder import Graph, Op, Tensor
-from . import GraphPass, PassContext, compact_layout, compact_region
+from . import GraphPass, PassContext, compact_layout, compact_region, compact_values
 from .channels import (CONV_KINDS, conv_bias, linear_bias_add, linear_weight, op_order,
                        per_channel, set_conv_bias, tensor_uses, variable_label, weight_layers)
 
@@ -155,14 +156,25 @@ def compact_graph(g: Graph) -> None:
             layers = weight_layers(g, live)
 
 
-def _absorbable(op: Op, value: torch.Tensor) -> torch.Tensor:
-    """bool [C]: the constant input channels ``value`` that consumer ``op`` can fold exactly
-    (into its bias; a zero-padded or transposed conv needs a border map, or a zero
-    constant)."""
+def _absorbable(op: Op, m) -> torch.Tensor:
+    """bool [C]: the constant input channels of member ``m`` that consumer ``op`` can fold
+    exactly: a constant into its bias (a zero-padded or transposed conv needs a border map,
+    or a zero constant); a map (``compact_values``) only into a conv, as the position map
+    of ``_add_position_map``."""
+    value = m.value
     ok = torch.isfinite(value) if value.dtype.is_floating_point else \
         torch.zeros(value.shape, dtype=torch.bool)
     if op.kind in CONV_KINDS and not _uniform_response(op) and not _border_map_ok(op):
         ok &= value == 0
+    if bool(m.mapped.any()):
+        if op.kind == "conv" and _border_map_ok(op) and \
+                len(compact_values.spatial(m) or ()) in (1, 2, 3) and all(
+                isinstance(d, int) for d in op.outputs[0].shape[2:]) and \
+                m.field.dtype.is_floating_point:
+            finite = torch.isfinite(m.field.reshape(m.channels, -1)).all(dim=1)
+            ok = torch.where(m.mapped, finite, ok)
+        else:
+            ok &= ~m.mapped
     return ok
 
 
@@ -232,8 +244,11 @@ def _apply(g: Graph, r, uses) -> None:
         compact_layout.resize(user)
     for user, t, kind in r.consumers:
         m = members[id(t)]
-        c = m.value[m.gone]
+        mapped = m.mapped[m.gone]
+        c = torch.where(mapped, torch.zeros((), dtype=m.value.dtype), m.value[m.gone])
         if kind == "conv":
+            if bool(mapped.any()):  # with the filter as it was
+                _add_position_map(g, user, m, m.gone[mapped])
             _shrink_conv_input(g, user, m.keep, m.gone, c)
         else:
             _shrink_linear_input(g, user, compact_layout.features(m.keep, m.block),
@@ -329,6 +344,44 @@ def _add_border_map(g: Graph, op: Op, w_gone: torch.Tensor, c: torch.Tensor) -> 
     inner = Tensor(g.fresh_name(op.kind), y.shape, y.dtype)
     op.outputs[0] = inner
     g.ops.append(Op("add", [inner, fmap], {}, [y]))
+    new = g.ops[start:]
+    del g.ops[start:]
+    at = g.ops.index(op) + 1
+    g.ops[at:at] = new
+
+
+def _add_position_map(g: Graph, op: Op, m, channels: torch.Tensor) -> None:
+    """What the removed map channels ``channels`` of member ``m`` contribute through conv
+    ``op`` (its filter still whole), ``conv(maps)``: an input-independent
+    ``[1, C_out, *spatial]``, added after ``op``. It repeats along each spatial axis
+    (the interior positions see the same taps of the same maps), so the archive stores
+    its distinct slices and an index per axis, gathered back; tract folds the constant
+    subgraph when it loads the model."""
+    y = op.outputs[0]
+    if int(op.attrs.get("groups", 1)) == 1:  # only the filter columns of those channels
+        full = compact_values.conv_constant(op, m.field[channels],
+                                            op.args[1].value[:, channels], 1)
+    else:
+        x = torch.zeros(m.field.shape, dtype=torch.float64)
+        x[channels] = m.field[channels].to(torch.float64)
+        full = compact_values.conv_constant(op, x)
+    small, index = full, []
+    for axis in range(1, full.dim()):
+        uniq, inv = torch.unique(small, dim=axis, return_inverse=True)
+        if uniq.shape[axis] < small.shape[axis]:
+            small = uniq
+            index.append((axis + 1, inv))
+    label = variable_label(g, op.args[1])
+    label = label[:-len("weight")] + "position_map" if label and label.endswith("weight") \
+        else None
+    start = len(g.ops)
+    value = small.to(y.dtype).unsqueeze(0).contiguous()
+    t = g.variable(value, label) if value.numel() > 8 else g.const(value)
+    for axis, inv in index:
+        t = g.gather(t, g.const(inv.to(torch.int64)), axis)
+    inner = Tensor(g.fresh_name(op.kind), y.shape, y.dtype)
+    op.outputs[0] = inner
+    g.ops.append(Op("add", [inner, t], {}, [y]))
     new = g.ops[start:]
     del g.ops[start:]
     at = g.ops.index(op) + 1

@@ -22,8 +22,8 @@ per-channel constant). A grouped conv producing or reading channels must lose as
 each of its groups: the plan keeps the surplus (``_keep_shapes``). Anything else touching a
 channel (a graph input or output, a constant operand of a concat, an op the pass does not
 know) *blocks* its units: they stay. So a unit goes when nothing blocks it and every
-consumer reading it reads a constant (``compact_values``: one value at every position, not
-a map that varies): a zero filter's bias carried through per-channel ops, or a channel
+consumer reading it reads a constant (``compact_values``: one value at every position, or
+a map a conv adds as one input-independent tensor): a zero filter's bias carried through per-channel ops, or a channel
 that is dead because every op reading it drops it (the input channel of a depthwise filter
 pruned to zero). Constants are evaluated per channel, in graph order, with torch.
 """
@@ -377,9 +377,9 @@ class _Builder:
 # ---------------------------------------------------------------------------- the plan
 def plan(g: Graph, root: Op, uses, order, layers, absorbable, cache) -> Region | None:
     """The region of ``root`` with ``keep``/``gone`` set on every member, or None when no
-    channel can go. ``layers``: the weight layers of the graph; ``absorbable(op, value)``
-    says per channel whether a consumer can fold the constants ``value`` of removed input
-    channels; ``cache`` keeps ``source`` results between calls (a dict, empty at first)."""
+    channel can go. ``layers``: the weight layers of the graph; ``absorbable(op, m)``
+    says per channel whether a consumer can fold what the constant channels of member ``m``
+    (``compact_values``: values or maps) contribute; ``cache`` keeps ``source`` results between calls (a dict, empty at first)."""
     b = _Builder(g, uses, order, layers, cache)
     try:
         r = b.run(root)
@@ -391,7 +391,7 @@ def plan(g: Graph, root: Op, uses, order, layers, absorbable, cache) -> Region |
     unabsorbed = set()  # channels a consumer reads that are not a constant it can fold
     for op, t, _ in r.consumers:
         m = r.members[id(t)]
-        ok = m.known & ~m.mapped & absorbable(op, m.value)
+        ok = m.known & absorbable(op, m)
         unabsorbed.update(m.units[c] for c in range(m.channels) if not bool(ok[c]))
     root = [b.find(u) for u in range(len(b.parent))]
     stays = {root[u] for u in b.blocked | unabsorbed}

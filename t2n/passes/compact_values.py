@@ -16,9 +16,10 @@ concatenation carries it, a reduction over the spatial axes (global pooling, the
 a squeeze-excitation) makes it one constant again. A map that is the same at every position
 (an activation that clips it, filter taps that are zero on the border, a pad of the
 channel's own value) *is* a constant, and the consumers fold it like any other; a map that
-varies stays a map, and a channel a consumer reads as a map is kept: what it adds depends on
-the position, so it cannot go into a bias, and storing the map would cost more than the
-channel. ``Member.known`` marks both kinds, ``Member.mapped`` the maps (``Member.field``
+varies stays a map. What a map adds through a consumer depends on the position, so it
+cannot go into a bias: a conv gets it as an input-independent tensor
+(``compact._add_position_map``, stored as its few distinct slices); any other op reading
+a map keeps the channel. ``Member.known`` marks both kinds, ``Member.mapped`` the maps (``Member.field``
 holds them, ``[C, *spatial]``, for the mapped channels).
 """
 
@@ -245,33 +246,59 @@ def _conv_map(op: Op, src, out):
     constants, bias included, computed in float64; None when the sizes are not static or
     the padding is automatic."""
     s_in, s_out = spatial(src), spatial(out)
-    pad = op.attrs.get("padding")
-    if s_in is None or s_out is None or not pad or len(pad) != len(s_in) or \
-            op.attrs.get("border", "constant") != "constant":
+    if s_in is None or s_out is None:
         return None
-    n = len(s_in)
-    stride = [int(v) for v in op.attrs.get("stride") or [1] * n]
-    dilation = [int(v) for v in op.attrs.get("dilation") or [1] * n]
     w = op.args[1].value.to(torch.float64)
-    groups = src.channels
-    x = field(src, torch.float64).unsqueeze(0)
+    k = int(w.shape[0]) // src.channels
+    y = torch.zeros((int(w.shape[0]),) + s_out, dtype=torch.float64)
+    scalar = _scalar(src)
+    if bool(scalar.any()):  # c * conv(ones, W): one input channel, torch's fast dense path
+        base = conv_constant(op, torch.ones((1,) + s_in, dtype=torch.float64), w, 1)
+        if base is None or tuple(base.shape[1:]) != s_out:
+            return None
+        c = torch.where(scalar, src.value.to(torch.float64), 0.0).repeat_interleave(k)
+        y += c.reshape(-1, *[1] * len(s_out)) * base
+    if bool(src.mapped.any()):  # the input maps, through their own filters
+        idx = torch.nonzero(src.mapped).reshape(-1)
+        rows = (idx.reshape(-1, 1) * k + torch.arange(k)).reshape(-1)
+        part = conv_constant(op, field(src, torch.float64)[idx], w[rows], int(idx.numel()))
+        if part is None or tuple(part.shape[1:]) != s_out:
+            return None
+        y[rows] = part
+    return y + conv_bias_vector(op, int(y.shape[0]), torch.float64).reshape(
+        -1, *[1] * len(s_out))
+
+
+def conv_constant(op: Op, x: torch.Tensor, w: torch.Tensor | None = None,
+                  groups: int | None = None):
+    """``[C_out, *spatial]``: conv (or deconv) ``op`` without its bias applied to the
+    input-independent ``x`` (``[C_in, *spatial]``), in float64 with torch, with ``op``'s
+    filter and groups unless ``w`` (graph layout) and ``groups`` are given; None when the
+    padding is automatic or not zeros."""
+    pad = op.attrs.get("padding")
+    n = x.dim() - 1
     conv = {1: (F.conv1d, F.conv_transpose1d), 2: (F.conv2d, F.conv_transpose2d),
             3: (F.conv3d, F.conv_transpose3d)}.get(n)
-    if conv is None:
+    if conv is None or not pad or len(pad) != n or \
+            op.attrs.get("border", "constant") != "constant":
         return None
+    stride = [int(v) for v in op.attrs.get("stride") or [1] * n]
+    dilation = [int(v) for v in op.attrs.get("dilation") or [1] * n]
+    groups = int(op.attrs.get("groups", 1)) if groups is None else groups
+    w = (op.args[1].value if w is None else w).to(torch.float64)
+    x = x.to(torch.float64).unsqueeze(0)
     with torch.no_grad():
         if op.kind == "conv":
             flat_pad = [int(v) for a, b in reversed(pad) for v in (a, b)]
             y = conv[0](F.pad(x, flat_pad), w, None, stride, 0, dilation, groups)
-        else:  # tract's filter [C_out, 1, k...] is torch's [C_in, C_out / C_in, k...]
-            wt = w.reshape(groups, -1, *w.shape[2:])
+        else:  # tract's filter [C_out, C_in/g, k...] is torch's [C_in, C_out/g, k...]
+            w = w.reshape(groups, -1, *w.shape[1:]).transpose(1, 2)
+            wt = w.reshape(-1, *w.shape[2:])
             y = conv[1](x, wt, None, stride, 0, 0, groups, dilation)
             crop = [slice(None), slice(None)] + [
                 slice(int(a), y.shape[2 + i] - int(b)) for i, (a, b) in enumerate(pad)]
             y = y[tuple(crop)]
-    y = y[0] + conv_bias_vector(op, int(w.shape[0]), torch.float64).reshape(
-        -1, *[1] * n)
-    return y if tuple(y.shape[1:]) == s_out else None
+    return y[0]
 
 
 def _pad(op: Op, out, src) -> None:
