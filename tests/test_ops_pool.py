@@ -1,13 +1,16 @@
 """Pooling: torch eager vs tract (ceil_mode incl. a dropped last window, padding, dilation,
 stride None, count_include_pad, divisor_override, adaptive windows that overlap)."""
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 import torch.nn as nn
 import torch.nn.functional as F
 
+import t2n
 from opcases import assert_cases
+from t2n.testing import assert_exports
 
 
 MAX2D = {
@@ -110,3 +113,30 @@ def test_pool_geometry_property(data):
         "avg_pool2d": lambda x: F.avg_pool2d(x, k, s, p, ceil_mode=ceil,
                                              count_include_pad=include),
     }, (x,))
+
+
+@pytest.mark.parametrize("pool, rank", [
+    (torch.nn.AvgPool2d(2, 2, ceil_mode=True, count_include_pad=False), 2),  # ResNet-D
+    (torch.nn.AvgPool2d(3, 2, padding=1, ceil_mode=True), 2),
+    (torch.nn.MaxPool2d(3, 2, padding=1, ceil_mode=True), 2),
+    (torch.nn.MaxPool1d(4, 3, padding=1, ceil_mode=True), 1),
+], ids=["avg2-2-resnet_d", "avg3-2-p1-include_pad", "max3-2-p1", "max1d-4-3-p1"])
+def test_ceil_mode_on_symbolic_spatial_axes(pool, rank):
+    """ceil_mode on dynamic H/W: one archive gives PyTorch's sizes and values for odd and
+    even lengths (the rounded-up last window is partial for some, absent for others)."""
+    spatial = {2: "H", 3: "W"} if rank == 2 else {2: "L"}
+    sizes = [(9, 10), (8, 8), (13, 7)] if rank == 2 else [(11,), (8,), (9,), (10,)]
+    args = [(torch.randn(2, 3, *n),) for n in sizes]
+    assert_exports(pool, args[0], input_names=["x"], more_args=args[1:],
+                   dynamic_axes={"x": {0: "B", **spatial}})
+
+
+def test_ceil_mode_refused_where_the_last_window_depends_on_the_length(tmp_path):
+    """Kernel 3, stride 3, padding 1: PyTorch drops a rounded-up window that would start in
+    the end padding, which depends on H modulo 3; refused, naming the op and the geometry."""
+    with pytest.raises(t2n.UnsupportedOperatorsError, match=r"max_pool2d[\s\S]*ceil_mode.*"
+                       r"kernel 3, stride 3, padding 1"):
+        t2n.export(torch.nn.MaxPool2d(3, 3, padding=1, ceil_mode=True),
+                   (torch.randn(1, 3, 9, 9),), tmp_path / "m.nnef.tar", input_names=["x"],
+                   dynamic_axes={"x": {2: "H"}})
+    assert not (tmp_path / "m.nnef.tar").exists()
