@@ -360,23 +360,34 @@ def im2col(g, self, kernel_size, dilation, padding, stride):
     return y if self.rank == 4 else g.squeeze(y, [0])
 
 
-def _contiguous_strides(shape):
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= max(d, 1)
-    return list(reversed(strides))
+def _storage_order(shape, strides):
+    """The axis order in which a dense, non-overlapping tensor lies in memory (outermost
+    first), or None when its elements do not tile one block of memory. Size-1 axes carry no
+    layout (any stride) and go first. A transposed or permuted view (``x.transpose(1, 2)``,
+    a ``reshape`` that merged axes without copying) is dense in this sense: ``as_strided``
+    on it reads the memory in this order."""
+    live = sorted((a for a, n in enumerate(shape) if n != 1), key=lambda a: -strides[a])
+    expected = 1
+    for a in reversed(live):
+        if strides[a] != expected:
+            return None
+        expected *= shape[a]
+    return [a for a, n in enumerate(shape) if n == 1] + live
 
 
 def _as_strided_index(g, self, size, stride, storage_offset):
-    """Flat positions read by ``as_strided`` when ``self`` is laid out contiguously."""
+    """(flat positions read by ``as_strided``, numel, axis order of ``self`` in memory):
+    the positions index ``self`` permuted to that order and flattened, which is PyTorch's
+    storage when ``self`` is dense (contiguous or a permutation of contiguous)."""
     shape = self.static_shape()
     if shape is None:
         raise g.error("as_strided on a dynamic shape is not supported")
     traced = g.node.in_strides[0] if g.node is not None and g.node.in_strides else None
-    if traced is None or list(traced) != _contiguous_strides(shape):
-        raise g.error("as_strided on a tensor that is not contiguous in memory (its strides "
-                      "depend on PyTorch's storage, which the export does not keep)")
+    order = _storage_order(shape, list(traced)) if traced is not None else None
+    if order is None:
+        raise g.error("as_strided on a tensor whose elements do not tile memory (strides "
+                      f"{traced} for shape {shape}: overlapping or with gaps, so what it reads "
+                      "depends on PyTorch's storage, which the export does not keep)")
     if storage_offset not in (None, 0):
         raise g.error("as_strided with a storage offset (relative to a storage the export "
                       "does not keep)")
@@ -388,23 +399,36 @@ def _as_strided_index(g, self, size, stride, storage_offset):
     numel = int(np.prod(shape)) if shape else 1
     if idx.size and (idx.max() >= numel or idx.min() < 0):
         raise g.error("as_strided reads outside the tensor")
-    return idx, numel
+    return idx, numel, order
+
+
+def _in_memory_order(g, self, order):
+    """``self`` as the flat run of memory it occupies."""
+    if order != list(range(self.rank)):
+        self = g.transpose(self, order)
+    return self
 
 
 @aten("as_strided", "as_strided_copy")
 def as_strided(g, self, size, stride, storage_offset=None):
-    idx, numel = _as_strided_index(g, self, list(size), list(stride), storage_offset)
-    flat = g.reshape(self, [numel])
+    idx, numel, order = _as_strided_index(g, self, list(size), list(stride), storage_offset)
+    flat = g.reshape(_in_memory_order(g, self, order), [numel])
     return gather_const(g, flat, 0, idx)
 
 
 @aten("as_strided_scatter")
 def as_strided_scatter(g, self, src, size, stride, storage_offset=None):
-    idx, numel = _as_strided_index(g, self, list(size), list(stride), storage_offset)
-    flat = g.reshape(self, [numel])
+    """The result keeps ``self``'s layout (PyTorch clones it preserving strides), so the
+    scatter runs on ``self``'s memory order and the result is permuted back."""
+    idx, numel, order = _as_strided_index(g, self, list(size), list(stride), storage_offset)
+    mem = _in_memory_order(g, self, order)
+    flat = g.reshape(mem, [numel])
     positions = g.const(torch.from_numpy(idx.reshape(-1, 1)))
     updates = g.reshape(g.cast(src, self.dtype), [int(idx.size)])
     out = g.op("tract_core_scatter_nd", flat, positions, updates, out_shape=[numel])
-    return g.reshape(out, list(self.shape))
+    out = g.reshape(out, list(mem.shape))
+    if order != list(range(self.rank)):
+        out = g.transpose(out, [order.index(a) for a in range(self.rank)])
+    return out
 
 
