@@ -70,7 +70,10 @@ def mean(g, self, *args):
 @aten("prod")
 def prod(g, self, *args):
     dim, keepdim = _dim_keepdim(args)
-    return _reduce(g, "tract_core_product_reduce", self, dim, keepdim, g.out_dtype())
+    out = g.out_dtype()
+    # a product of bools (dtype=torch.bool) is their AND; tract multiplies numbers only
+    kind = "all_reduce" if out == torch.bool else "tract_core_product_reduce"
+    return _reduce(g, kind, self, dim, keepdim, out)
 
 
 def _extremum(g, kind_num, kind_bool, self, dim, keepdim):

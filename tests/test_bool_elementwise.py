@@ -1,5 +1,6 @@
-"""Bool max/min/mul (maximum, clamp, fmax, outer, addr, ...): tract's Max/Min/Mul kernels take
-numbers only, so the builder emits or/and for bools; results are exact."""
+"""Bool max/min/mul (maximum, clamp, fmax, outer, addr, ``prod(dtype=torch.bool)``, ...):
+tract's Max/Min/Mul kernels and its product reduction take numbers only, so the builder emits
+or/and for bools; results are exact."""
 
 import pytest
 import torch
@@ -19,6 +20,8 @@ CASES = {
     "clamp_max": lambda a, b: torch.clamp_max(a, b),
     "outer": lambda a, b: torch.outer(a[0], b),
     "addr": lambda a, b: torch.addr(a[:, :1].expand(2, 2).contiguous(), a[0, :2], b[:2]),
+    "prod bool": lambda a, b: (a.prod(1, dtype=torch.bool), (a * 3).prod(0, keepdim=True,
+                                                                        dtype=torch.bool)),
 }
 
 
