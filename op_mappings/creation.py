@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from op_mappings.helpers.exact_division import rounded_div
 from t2n.registry import aten
 
 
@@ -152,7 +153,9 @@ def _linspace_values(g, start, end, steps, dtype):
     b = g.as_tensor(end, dtype)
     if steps == 1:
         return g.reshape(a, [1])
-    step = g.binary("div", g.binary("sub", b, a, dtype), float(steps - 1), dtype)
+    # correctly rounded as PyTorch's (tract's division is not: an integer linspace of
+    # whole steps would truncate to one less)
+    step = rounded_div(g, g.binary("sub", b, a, dtype), float(steps - 1), dtype)
     idx = torch.arange(steps, dtype=dtype)
     half = steps // 2
     low = g.binary("add", a, g.binary("mul", step, g.const(idx), dtype), dtype)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from op_mappings.helpers.elementwise import nan_propagating, where_
+from op_mappings.helpers.exact_division import exact_fmod, rounded_div
 from op_mappings.helpers.integer import int_pow
 from t2n.registry import aten
 
@@ -81,9 +82,11 @@ def div(g, self, other, rounding_mode=None):
     dtype = g.out_dtype()
     if rounding_mode is None:
         return g.binary("div", self, other, dtype)
+    if dtype.is_floating_point and rounding_mode == "trunc":
+        # PyTorch: trunc of the correctly rounded quotient (tract's is not)
+        return trunc_float(g, rounded_div(g, self, other, dtype))
     if dtype.is_floating_point:
-        q = g.binary("div", self, other, dtype)
-        return g.unary("floor", q) if rounding_mode == "floor" else trunc_float(g, q)
+        return _floor_div_float(g, self, other, dtype)
     # integer division: tract's integer div truncates toward zero
     q = g.binary("div", self, other, dtype)
     if rounding_mode == "trunc":
@@ -101,6 +104,28 @@ def div(g, self, other, rounding_mode=None):
     one = g.scalar(1, dtype)
     q_minus = g.binary("sub", q, one, dtype)
     return where_(g, fix, q_minus, q)
+
+
+def _floor_div_float(g, self, other, dtype):
+    """PyTorch's ``div_floor_floating``, each step in ``dtype``: ``mod = fmod(a, b)``
+    (exact), ``div = (a - mod) / b`` (correctly rounded), one less where ``mod`` and ``b``
+    differ in sign, then ``floor(div)``, rounded up where ``div - floor(div) > 0.5``;
+    ``a / b`` for ``b = 0``."""
+    a, b = g.as_tensor(self, dtype), g.as_tensor(other, dtype)
+    mod = g.cast(exact_fmod(g, a, b, dtype), dtype)
+    div = rounded_div(g, g.binary("sub", a, mod, dtype), b, dtype)
+
+    def test(kind, x, y):
+        return g.binary(kind, x, y, dtype, out_dtype=torch.bool)
+
+    fix = g.binary("and", test("ne", mod, 0.0),
+                   g.binary("tract_core_xor", test("lt", b, 0.0), test("lt", mod, 0.0),
+                            torch.bool), torch.bool)
+    div = where_(g, fix, g.binary("sub", div, 1.0, dtype), div)
+    fl = g.unary("floor", div)
+    fl = where_(g, test("gt", g.binary("sub", div, fl, dtype), 0.5),
+                g.binary("add", fl, 1.0, dtype), fl)
+    return where_(g, test("eq", b, 0.0), g.binary("div", a, b, dtype), fl)
 
 
 @aten("floor_divide")

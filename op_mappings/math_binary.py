@@ -11,6 +11,7 @@ import math
 import torch
 
 from op_mappings.helpers.elementwise import is_inf, is_nan, log1p_of, select
+from op_mappings.helpers.exact_division import exact_fmod
 from t2n.registry import aten
 
 
@@ -30,15 +31,12 @@ def _trunc(g, x):
 
 
 def fmod_of(g, a, b, dtype):
-    """a - trunc(a / b) * b (C fmod: the sign of the dividend)."""
-    q = g.binary("div", a, b, dtype)
+    """C fmod, the sign of the dividend: exact for floats (helpers/exact_division.py),
+    ``a - trunc(a / b) * b`` for integers (tract's integer division truncates)."""
     if dtype.is_floating_point:
-        q = _trunc(g, q)
-    r = g.binary("sub", a, g.binary("mul", q, b, dtype), dtype)
-    if dtype.is_floating_point:  # fmod(finite, +-inf) is the dividend
-        r = select(g, g.binary("and", is_inf(g, b), g.unary("not", is_inf(g, a)), torch.bool),
-                   a, r)
-    return r
+        return g.cast(exact_fmod(g, a, b, dtype), dtype)
+    q = g.binary("div", a, b, dtype)
+    return g.binary("sub", a, g.binary("mul", q, b, dtype), dtype)
 
 
 @aten("fmod")

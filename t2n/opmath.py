@@ -120,6 +120,11 @@ _LOSSES = {
 _HALF_WEIGHTS = {"upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d",
                  "upsample_bicubic2d"}
 
+# ops whose Python-number operand PyTorch casts to the tensors' Half dtype before the float
+# formula (TensorIterator's common dtype; measured: fmod(x, 0.3) is fmod(x, 0.2998...)).
+# Other formulas keep the number in float (mul, div, lerp's weight) and are not listed.
+_HALF_SCALARS = {"fmod", "remainder"}
+
 # tract kernels that are not correctly rounded in float16 (its f16 division multiplies by
 # the reciprocal: one ulp off on about a quarter of random operands, which linspace's step
 # multiplies). PyTorch's Half division is a float division rounded once: the builder emits
@@ -183,9 +188,11 @@ def _has_half(values) -> bool:
     return False
 
 
-def _up(g, v):
+def _up(g, v, half_scalars=False):
     from .tensors import Tensor
 
+    if half_scalars and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(torch.tensor(v, dtype=HALF))
     if isinstance(v, Tensor) and v.dtype == HALF:
         cache = g.__dict__.setdefault("_opmath_casts", {})  # one cast per f16 tensor
         hit = cache.get(id(v))
@@ -226,7 +233,7 @@ def call(g, name: str, fn, args: list):
     g.node = dataclasses.replace(node, out_dtypes=[OPMATH if d == HALF else d for d in outs],
                                  weights_dtype=HALF if base in _HALF_WEIGHTS else None)
     try:
-        result = fn(g, *[_up(g, a) for a in args])
+        result = fn(g, *[_up(g, a, base in _HALF_SCALARS) for a in args])
     finally:
         g.node = node
     if isinstance(result, (tuple, list)) and len(outs) > 1:
