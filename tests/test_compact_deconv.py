@@ -142,3 +142,32 @@ def test_pruned_unet_compacts_through_the_upsampling(tmp_path):
     assert got["dec.0"].channels_removed == 4
     before = sum(s.params_before for s in got.values())
     assert sum(s.params_after for s in got.values()) <= 0.45 * before
+
+
+class MapIntoUp(nn.Module):
+    """1x1 conv -> relu -> zero-padded depthwise conv -> relu -> transposed conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.pw = nn.Conv2d(3, 4, 1)
+        self.dw = nn.Conv2d(4, 4, 3, padding=1, groups=4)
+        self.up = nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1)
+
+    def forward(self, x):
+        return self.up(torch.relu(self.dw(torch.relu(self.pw(x)))))
+
+
+def test_a_transposed_conv_adds_the_position_map_of_removed_map_channels(tmp_path):
+    """pw channel 0 (relu(0.5)) is a positive map after the padded depthwise conv: `up`
+    reads it, and gets what it adds as a position map."""
+    torch.manual_seed(10)
+    model = MapIntoUp().eval()
+    with torch.no_grad():
+        model.pw.weight[0] = 0
+        model.pw.bias[0] = 0.5
+        model.dw.weight[0] = model.dw.weight[0].abs() + 0.1
+        model.dw.bias[0] = 0.0
+    _, small = differential(tmp_path, model, torch.randn(1, 3, 5, 5))
+    got = layers(small)
+    assert got["pw"].channels_removed == 1
+    assert got["up"].params_after == 3 * 2 * 9 + 2

@@ -159,15 +159,15 @@ def compact_graph(g: Graph) -> None:
 def _absorbable(op: Op, m) -> torch.Tensor:
     """bool [C]: the constant input channels of member ``m`` that consumer ``op`` can fold
     exactly: a constant into its bias (a zero-padded or transposed conv needs a border map,
-    or a zero constant); a map (``compact_values``) only into a conv, as the position map
-    of ``_add_position_map``."""
+    or a zero constant); a map (``compact_values``) only into a conv (transposed or not),
+    as the position map of ``_add_position_map``."""
     value = m.value
     ok = torch.isfinite(value) if value.dtype.is_floating_point else \
         torch.zeros(value.shape, dtype=torch.bool)
     if op.kind in CONV_KINDS and not _uniform_response(op) and not _border_map_ok(op):
         ok &= value == 0
     if bool(m.mapped.any()):
-        if op.kind == "conv" and _border_map_ok(op) and \
+        if op.kind in CONV_KINDS and _border_map_ok(op) and \
                 len(compact_values.spatial(m) or ()) in (1, 2, 3) and all(
                 isinstance(d, int) for d in op.outputs[0].shape[2:]) and \
                 m.field.dtype.is_floating_point:
@@ -352,7 +352,7 @@ def _add_border_map(g: Graph, op: Op, w_gone: torch.Tensor, c: torch.Tensor) -> 
 
 def _add_position_map(g: Graph, op: Op, m, channels: torch.Tensor) -> None:
     """What the removed map channels ``channels`` of member ``m`` contribute through conv
-    ``op`` (its filter still whole), ``conv(maps)``: an input-independent
+    ``op`` (transposed or not; its filter still whole), ``conv(maps)``: an input-independent
     ``[1, C_out, *spatial]``, added after ``op``. It repeats along each spatial axis
     (the interior positions see the same taps of the same maps), so the archive stores
     its distinct slices and an index per axis, gathered back; tract folds the constant
