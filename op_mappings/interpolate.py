@@ -276,6 +276,38 @@ aten("_upsample_bilinear2d_aa")(_upsample_aa("linear"))
 aten("_upsample_bicubic2d_aa")(_upsample_aa("cubic"))
 
 
+def _bicubic_border(g, x, grid, align_corners):
+    """PyTorch's bicubic ``border`` sampling clamps each of the 16 taps into the image;
+    tract's clamps the sampling point instead. The same taps are read from the image
+    edge-padded by ``P = 4`` with zeros padding, the point clamped to ``[-2, size + 1]``
+    (beyond it every tap is an edge value and the weights sum to 1) and moved by ``P``:
+    returns ``(padded image, grid in its coordinates, zeros padding)``."""
+    pad = 4
+    h, w = x.shape[2], x.shape[3]
+    if not (isinstance(h, int) and isinstance(w, int)):
+        raise g.error("grid_sample: bicubic sampling with padding_mode='border' needs a "
+                      "static image size")
+    d = x.dtype
+    xp = g.op("pad", x, padding=[(0, 0), (0, 0), (pad, pad), (pad, pad)], border="replicated",
+              out_shape=[x.shape[0], x.shape[1], h + 2 * pad, w + 2 * pad], out_dtype=d)
+    size = torch.tensor([w, h], dtype=d)  # grid[..., 0] is x (width), [..., 1] is y
+    one = g.binary("add", grid, 1.0, d)
+    if align_corners:  # unnormalize: (g + 1) / 2 * (S - 1), else ((g + 1) * S - 1) / 2
+        src = g.binary("mul", one, g.const((size - 1) / 2), d)
+    else:
+        src = g.binary("mul", g.binary("sub", g.binary("mul", one, g.const(size), d), 1.0, d),
+                       0.5, d)
+    src = g.binary("min", g.binary("max", src, -2.0, d), g.const(size + 1), d)
+    src = g.binary("add", src, float(pad), d)
+    padded = size + 2 * pad
+    if align_corners:
+        norm = g.binary("sub", g.binary("mul", src, g.const(2 / (padded - 1)), d), 1.0, d)
+    else:
+        norm = g.binary("sub", g.binary("mul", g.binary("add", g.binary("mul", src, 2.0, d),
+                                                        1.0, d), g.const(1 / padded), d), 1.0, d)
+    return xp, norm, 0
+
+
 @aten("grid_sampler", "grid_sampler_2d", "grid_sampler_3d")
 def grid_sampler(g, input, grid, interpolation_mode=0, padding_mode=0, align_corners=False):
     """tract's grid_sample takes 4-D (bilinear/nearest/bicubic) and 5-D inputs (trilinear,
@@ -285,6 +317,9 @@ def grid_sampler(g, input, grid, interpolation_mode=0, padding_mode=0, align_cor
     modes = {0: "bilinear", 1: "nearest", 2: "bicubic"}
     pads = {0: "zeros", 1: "border", 2: "reflection"}
     out = list(g.out_shape()) if g.node is not None else None
+    if interpolation_mode == 2 and padding_mode == 1:
+        input, grid, padding_mode = _bicubic_border(g, input, g.cast(grid, input.dtype),
+                                                    bool(align_corners))
     return g.op("tract_core_grid_sample", input, g.cast(grid, input.dtype),
                 mode=modes[interpolation_mode], padding_mode=pads[padding_mode],
                 align_corners=bool(align_corners), out_shape=out)

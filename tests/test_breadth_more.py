@@ -251,6 +251,17 @@ def test_grid_sample_3d(mode, padding, align):
         x, gr, mode=mode, padding_mode=padding, align_corners=align)), (x, grid))
 
 
+def test_grid_sample_bicubic_border_clamps_each_tap():
+    """PyTorch clamps each of the 16 bicubic taps into the image (tract's own border mode
+    clamps the point: up to 0.46 off near the edges); points far outside read the edge."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 7)
+    grid = torch.rand(2, 6, 4, 2) * 4 - 2
+    assert_exports(Fn(lambda x, gr: tuple(torch.nn.functional.grid_sample(
+        x, gr, mode="bicubic", padding_mode="border", align_corners=a) for a in (False, True))),
+        (x, grid))
+
+
 # ---------------------------------------------------------------------------- stft (real view)
 STFT = {
     "defaults": lambda x, w: torch.stft(x, 16, return_complex=False),
