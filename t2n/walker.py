@@ -206,6 +206,13 @@ class Walker:
             raise _Unsupported(f"custom autograd Function {node.pyname()} in an already "
                                "traced graph: export the nn.Module itself, so that t2n "
                                "traces the Function's forward into aten ops")
+        if name in ("If", "Loop"):
+            # scripted control flow inside a trace (@torch.jit.script_if_tracing helpers,
+            # as in transformers' VitDet): torch.export traces through it
+            raise _Unsupported(f"TorchScript control flow (prim::{name}) from a "
+                               "torch.jit.script / @torch.jit.script_if_tracing function "
+                               "in the model; export it with capture='export' "
+                               "(--capture export), which traces through it")
         raise _Unsupported("TorchScript construct not supported by the walker")
 
     path_prefix = ""  # module path of the user's model inside root (t2n's call adapter)

@@ -149,3 +149,24 @@ def test_a_dynamic_axis_of_example_size_one_is_refused_naming_it(tmp_path):
     with pytest.raises(UsageError, match=r"x axis 0 \(B\) is 1.*size >= 2"):
         t2n.export(torch.nn.Linear(3, 2), (torch.randn(1, 3),), str(tmp_path / "m.nnef"),
                    capture="export", input_names=["x"], dynamic_axes={"x": {0: "B"}})
+
+
+@torch.jit.script_if_tracing
+def _scripted_pad(x: torch.Tensor, n: int) -> torch.Tensor:
+    if x.size(-1) < n:  # a prim::If in the trace
+        return torch.nn.functional.pad(x, (0, n - x.size(-1)))
+    return x
+
+
+class _ScriptIfTracing(torch.nn.Module):  # VitDet's position-embedding helper, in small
+    def forward(self, x):
+        return _scripted_pad(x * 2, 8) + 1
+
+
+def test_scripted_control_flow_is_refused_by_the_trace_and_exported_by_export(tmp_path):
+    from t2n.errors import UnsupportedOperatorsError
+
+    x = torch.randn(2, 5)
+    with pytest.raises(UnsupportedOperatorsError, match=r"prim::If.*capture='export'"):
+        t2n.export(_ScriptIfTracing(), (x,), tmp_path / "t.nnef")
+    assert_exports(_ScriptIfTracing(), (x,), capture="export")
