@@ -155,6 +155,9 @@ MODELS = [
                 num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                 max_position_embeddings=64, global_attn_every_n_layers=2, local_attention=4,
                 pad_token_id=0), text),
+    TfModel("longformer", "BERT family",  # sliding-window chunks: as_strided on a view
+            _lm("LongformerModel", "LongformerConfig", **ENC, attention_window=4,
+                pad_token_id=1), text),
     TfModel("funnel", "BERT family",
             _lm("FunnelModel", "FunnelConfig", vocab_size=VOCAB, block_sizes=[1, 1], d_model=32,
                 n_head=4, d_head=8, d_inner=64), text),
@@ -369,6 +372,12 @@ MODELS = [
                 max_position_embeddings=64), seq2seq,
             dynamic=dict(TEXT_DYN, decoder_input_ids={0: "B", 1: "T"}),
             more_sizes=((3, 11), (1, 4))),
+    TfModel("led", "seq2seq",  # Longformer encoder (as_strided chunks) + BART decoder
+            _lm("LEDForConditionalGeneration", "LEDConfig", vocab_size=VOCAB, d_model=32,
+                encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+                decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                max_encoder_position_embeddings=64, max_decoder_position_embeddings=64,
+                attention_window=[4]), seq2seq),
     TfModel("mbart", "seq2seq",
             _lm("MBartForConditionalGeneration", "MBartConfig", vocab_size=VOCAB, d_model=32,
                 encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
