@@ -4,7 +4,9 @@ bilinear, trilinear, bicubic, with ``align_corners`` and ``scale_factor``.
 Each spatial axis is resampled separately: source indices and weights are computed here,
 at export time, with PyTorch's own coordinate formulas, then applied with one
 ``tract_core_gather`` per tap (1 for nearest, 2 for linear, 4 for cubic) and a weighted sum.
-The op count depends on the number of axes and taps only.
+The op count depends on the number of axes and taps only. Along a dynamic axis the same
+float32 formulas run in the graph on ``[out]`` index vectors (``_symbolic_taps``), so one
+archive resamples every size; a whole nearest ``scale_factor`` stays a repeat (it streams).
 """
 
 from __future__ import annotations
@@ -93,6 +95,66 @@ def _stored(w, dtype):
     return torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)).to(dtype).float().numpy()
 
 
+def _symbolic_taps(g, mode, in_n, out_n, scale_factor, align_corners, weights_dtype=None):
+    """``_taps`` for sizes known at run time only: the same float32 coordinate formulas of
+    PyTorch's generic CPU kernels evaluated by tract on ``[out_n]`` vectors (index tensors
+    and weight tensors), a constant number of ops whatever the sizes."""
+    f32, i64 = torch.float32, torch.int64
+
+    def b(kind, x, y, dtype=f32, **kw):
+        return g.binary(kind, x, y, dtype, **kw)
+
+    def stored(w):  # rounded as PyTorch stores the weights of a float16 tensor
+        return w if weights_dtype is None else g.cast(g.cast(w, weights_dtype), f32)
+
+    dst = g.arange(out_n, f32)
+    last = g.scalar(in_n - 1, i64)
+    linear = mode not in ("nearest", "nearest-exact")
+    if linear and align_corners:  # (in - 1) / (out - 1), 0 for a single output
+        ratio = b("div", g.scalar(in_n - 1, f32), g.scalar(out_n - 1, f32))
+        scale = g.op("select", b("gt", g.scalar(out_n, i64), 1, i64, out_dtype=torch.bool),
+                     ratio, g.scalar(0.0, f32), out_shape=(), out_dtype=f32)
+    elif scale_factor is not None and scale_factor > 0:
+        scale = g.scalar(float(np.float32(1.0 / scale_factor)), f32)
+    else:
+        scale = b("div", g.scalar(in_n, f32), g.scalar(out_n, f32))
+    if not linear:
+        pos = b("add", dst, 0.5) if mode == "nearest-exact" else dst
+        src = g.cast(g.unary("floor", b("mul", pos, scale)), i64)
+        return [(b("min", src, last, i64), None)]
+    if align_corners:
+        src = b("mul", scale, dst)
+    else:
+        src = b("sub", b("mul", scale, b("add", dst, 0.5)), 0.5)
+    if mode == "linear":
+        src = b("max", src, 0.0)
+    i0 = b("min", g.cast(g.unary("floor", src), i64), last, i64)
+    lam = b("min", b("max", b("sub", src, g.cast(i0, f32)), 0.0), 1.0)
+    if mode == "linear":
+        i1 = b("min", b("add", i0, 1, i64), last, i64)
+        # equal sizes: PyTorch copies, its second tap is the same index
+        same = b("eq", g.scalar(in_n, i64), g.scalar(out_n, i64), i64, out_dtype=torch.bool)
+        i1 = g.op("select", same, i0, i1, out_shape=list(i0.shape), out_dtype=i64)
+        lam1 = stored(lam)
+        return [(i0, stored(b("sub", 1.0, lam1))), (i1, lam1)]
+    a = -0.75
+
+    def near(x):  # ((a + 2) x - (a + 3)) x x + 1
+        return b("add", b("mul", b("mul", b("sub", b("mul", a + 2.0, x), a + 3.0), x), x), 1.0)
+
+    def far(x):  # ((a x - 5a) x + 8a) x - 4a
+        inner = b("add", b("mul", b("sub", b("mul", a, x), 5.0 * a), x), 8.0 * a)
+        return b("sub", b("mul", inner, x), 4.0 * a)
+
+    ws = [far(b("add", lam, 1.0)), near(lam), near(b("sub", 1.0, lam)),
+          far(b("sub", 2.0, lam))]
+    taps = []
+    for k, w in enumerate(ws):
+        idx = b("min", b("max", b("add", i0, k - 1, i64), 0, i64), last, i64)
+        taps.append((idx, stored(w)))
+    return taps
+
+
 def _channels_last_contiguous(sizes, strides) -> bool:
     """``Tensor.is_contiguous(memory_format=channels_last[_3d])`` from traced strides."""
     if strides is None or len(strides) != len(sizes):
@@ -133,25 +195,35 @@ def resample(g, x, mode, out_sizes, scale_factors, align_corners):
         axis = x.rank - n_sp + k
         in_n = y.shape[axis]
         out_n = out_sizes[k]
+        sf = scale_factors[k] if scale_factors else None
+        shape = [1] * y.rank
+        shape[axis] = out_n
         if not isinstance(in_n, int) or not isinstance(out_n, int):
-            sf = scale_factors[k] if scale_factors else None
             r = int(sf) if mode in ("nearest", "nearest-exact") and sf is not None \
                 and float(sf) == int(sf) and sf >= 1 else None
-            if r is None:
-                raise g.error("interpolation over a dynamic spatial axis is supported for "
+            if r is not None:
+                y = g.repeat_each(y, axis, r)  # nearest by r: each input r times
+                continue
+            if g.streams(y, axis):
+                raise g.error("interpolation along the streaming axis is supported for "
                               "nearest upsampling by a whole scale_factor only")
-            y = g.repeat_each(y, axis, r)  # nearest by r: each input r times
-            continue
-        sf = scale_factors[k] if scale_factors else None
-        taps = _taps(mode, in_n, out_n, sf, align_corners, special_sizes=fast,
-                     weights_dtype=weights_dtype)
+            key = ("resample taps", mode, str(in_n), str(out_n), sf, bool(align_corners),
+                   weights_dtype, d, tuple(str(v) for v in shape))
+            if key not in g.shared:  # computed once per graph, shared by every such op
+                g.shared[key] = [
+                    (idx, None if w is None else g.reshape(g.cast(w, d), shape))
+                    for idx, w in _symbolic_taps(g, mode, in_n, out_n, sf, align_corners,
+                                                 weights_dtype)]
+            taps = g.shared[key]
+        else:
+            taps = [(g.const(torch.from_numpy(idx)),
+                     None if w is None else g.const(torch.from_numpy(w.reshape(shape)).to(d)))
+                    for idx, w in _taps(mode, in_n, out_n, sf, align_corners,
+                                        special_sizes=fast, weights_dtype=weights_dtype)]
         acc = None
-        for idx, w in taps:
-            part = g.gather(y, g.const(torch.from_numpy(idx)), axis)
-            if w is not None:
-                shape = [1] * y.rank
-                shape[axis] = out_n
-                wt = g.const(torch.from_numpy(w.reshape(shape)).to(d))
+        for idx, wt in taps:
+            part = g.gather(y, idx, axis)
+            if wt is not None:
                 part = g.binary("mul", part, wt, d)
             acc = part if acc is None else g.binary("add", acc, part, d)
         y = acc
@@ -174,7 +246,31 @@ def _parse(g, x, n_sp, args, has_align):
             if all(s is None for s in scales):
                 scales = None
     out = list(g.out_shape()[-n_sp:]) if g.node is not None else list(output_size)
+    spatial = list(x.shape[-n_sp:])
+    if output_size is not None:
+        sizes = list(output_size) if isinstance(output_size, (list, tuple)) \
+            else [output_size] * n_sp
+        if any(not isinstance(v, int) for v in sizes):
+            out = sizes  # sizes read from a dynamic axis (size=y.shape[-2:])
+    elif scales and any(not isinstance(v, int) for v in spatial):
+        out = [_scaled_size(g, n, sf) for n, sf in zip(spatial, scales)]
     return out, scales, align
+
+
+def _scaled_size(g, n, scale):
+    """PyTorch's ``floor(n * scale)`` (in double) for a dynamic ``n``: exact as a rational
+    when the scale has a short binary fraction (0.5, 1.5, 0.25, 2, ...); other scales could
+    round differently at some sizes, so they are refused there."""
+    if isinstance(n, int):
+        return int(math.floor(n * scale))
+    import sympy
+
+    r = sympy.Rational(float(scale))
+    if r.q > 2 ** 16:
+        raise g.error(f"scale_factor: {scale} over a dynamic axis (PyTorch's floor(size * "
+                      f"{scale}) in double is not exactly a rational size); pass size= or a "
+                      "scale with a short binary fraction such as 0.5 or 1.5")
+    return sympy.floor(n * r)
 
 
 def _upsample(mode, n_sp, has_align):
@@ -324,5 +420,3 @@ def grid_sampler(g, input, grid, interpolation_mode=0, padding_mode=0, align_cor
                 mode=modes[interpolation_mode], padding_mode=pads[padding_mode],
                 align_corners=bool(align_corners), out_shape=out)
 
-
-del math

@@ -67,6 +67,7 @@ class Graph:
         self.symbols: list[str] = []
         self.fragments: list = []  # loop bodies (t2n.loops.Fragment), written before the graph
         self._var_cache: dict = {}
+        self.shared: dict = {}  # size-only values built once and reused by every op (key -> value)
         self._labels: set[str] = set()
         self._names: set[str] = set()
         self._counter = 0
