@@ -372,12 +372,6 @@ MODELS = [
                 max_position_embeddings=64), seq2seq,
             dynamic=dict(TEXT_DYN, decoder_input_ids={0: "B", 1: "T"}),
             more_sizes=((3, 11), (1, 4))),
-    TfModel("led", "seq2seq",  # Longformer encoder (as_strided chunks) + BART decoder
-            _lm("LEDForConditionalGeneration", "LEDConfig", vocab_size=VOCAB, d_model=32,
-                encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
-                decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                max_encoder_position_embeddings=64, max_decoder_position_embeddings=64,
-                attention_window=[4]), seq2seq),
     TfModel("mbart", "seq2seq",
             _lm("MBartForConditionalGeneration", "MBartConfig", vocab_size=VOCAB, d_model=32,
                 encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
