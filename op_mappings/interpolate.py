@@ -16,7 +16,7 @@ import math
 import numpy as np
 import torch
 
-from t2n.registry import aten
+from t2n.registry import aten, own_shapes
 
 
 def _scale(in_n, out_n, scale_factor, align_corners, linear):
@@ -283,7 +283,9 @@ def _upsample(mode, n_sp, has_align):
 
     fn.__name__ = f"upsample_{mode}_{n_sp}d"
     fn.__qualname__ = fn.__name__
-    return fn
+    # sizes from size=, the input or floor(n * scale) (_parse): PyTorch's shape function
+    # would pin a dynamic axis where it turns a scaled size into a float
+    return own_shapes(fn)
 
 
 for _n in (1, 2, 3):

@@ -74,7 +74,10 @@ def dim_expr_text(expr) -> str:
         if den.is_Integer and int(den) > 0:
             if isinstance(expr, sympy.ceiling):
                 num = sympy.expand(num + int(den) - 1)
-            return f"({dim_expr_text(num)})/{int(den)}" if den != 1 else dim_expr_text(num)
+            if den == 1:
+                return dim_expr_text(num)
+            # parenthesised whole: tract reads ``2*(H+-1)/2`` as ``(2*(H+-1))/2``
+            return f"(({dim_expr_text(num)})/{int(den)})"
     if isinstance(expr, (sympy.Max, sympy.Min)):
         fn = "max" if isinstance(expr, sympy.Max) else "min"
         text = dim_expr_text(expr.args[0])

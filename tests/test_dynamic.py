@@ -199,3 +199,11 @@ def test_cli_dynamic_flag(tmp_path):
     bad = CliRunner().invoke(cli, ["export", "cli_models:make_mlp", "-o", str(out), "--input",
                                    "x:3x8:f32", "--dynamic", "x:5=B"])
     assert bad.exit_code != 0 and "out of range" in bad.output
+
+
+def test_a_multiple_of_a_floor_division_keeps_its_floor():
+    """``2 * (S // 2)`` is written ``2*((S)/2)``: tract reads ``2*(S)/2`` as ``(2*S)/2``,
+    which kept every odd length whole (a slice to the even part ran to S)."""
+    assert_exports(Fn(lambda x: x[..., : 2 * (x.shape[-1] // 2)] * 2), torch.randn(2, 7),
+                   input_names=["x"], dynamic_axes={"x": {1: "S"}},
+                   more_args=[(torch.randn(2, 8),), (torch.randn(2, 5),)])

@@ -45,6 +45,9 @@ RESAMPLING = {  # (function of x [N, C, H, W] and y [1, 1, P, Q], modes PyTorch 
         F.interpolate(x, scale_factor=1.5, mode="bilinear"),
         F.interpolate(x, scale_factor=0.5, mode="nearest")),
     "bilinear to a fixed size": lambda x, y: F.interpolate(x, size=(6, 5), mode="bilinear"),
+    # a size that is an expression (ceil(H/2)): PyTorch's own shape function would pin it
+    "nearest x2 of a pooled size": lambda x, y: F.interpolate(
+        F.avg_pool2d(x, 2, ceil_mode=True), scale_factor=2, mode="nearest"),
 }
 
 
