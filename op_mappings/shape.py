@@ -48,6 +48,9 @@ def _symbolic_target(g, self, shape):
                           "for some sizes of the dynamic axes (the model only works for "
                           "those): remove the axis from dynamic_axes or reshape with sizes "
                           "computed from x.size()")
+        # the -1 as the expression it stands for: the traced size would drop the symbols
+        # (view(-1, 7, 7, C) of [B, 3, 3, 7, 7, C] is [9*B, 7, 7, C], not [9, ...])
+        shape[shape.index(-1)] = int(rest) if rest.is_number else rest
     elif sympy.simplify(numel - known) != 0:
         raise g.error(f"size: {list(shape)} holds {known} elements where the input holds "
                       f"{numel}: the model only works for the example sizes")

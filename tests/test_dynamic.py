@@ -207,3 +207,16 @@ def test_a_multiple_of_a_floor_division_keeps_its_floor():
     assert_exports(Fn(lambda x: x[..., : 2 * (x.shape[-1] // 2)] * 2), torch.randn(2, 7),
                    input_names=["x"], dynamic_axes={"x": {1: "S"}},
                    more_args=[(torch.randn(2, 8),), (torch.randn(2, 5),)])
+
+
+def test_view_minus_one_keeps_the_dynamic_batch():
+    """Swin's window partition, ``view(-1, 7, 7, C)`` of ``[B, 3, 3, 7, 7, C]`` where
+    PyTorch's shape function gives no answer: the -1 is ``9*B``, not the traced 9 (tract
+    refused to load the archive)."""
+    def windows(x):
+        b, h, w, c = x.shape
+        x = x.view(b, 3, 7, 3, 7, c).permute(0, 1, 3, 2, 4, 5).contiguous()
+        return x.view(-1, 7, 7, c).view(-1, 49, c) * 2
+
+    assert_exports(Fn(windows), torch.randn(2, 21, 21, 8), input_names=["x"],
+                   dynamic_axes={"x": {0: "B"}}, more_args=[(torch.randn(3, 21, 21, 8),)])
