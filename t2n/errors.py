@@ -50,9 +50,10 @@ class UnsupportedOperatorsError(T2NError):
     """
 
     def __init__(self, problems: dict[str, list[tuple[str, str | None]]],
-                 target: str | None = None):
+                 target: str | None = None, hint: str | None = None):
         self.problems = problems
         self.target = target
+        self.hint = hint
         who = f"target {target!r} cannot express" if target else "t2n cannot convert"
         lines = [f"the model uses {len(problems)} operator(s) that {who}:"]
         for op in sorted(problems):
@@ -65,6 +66,8 @@ class UnsupportedOperatorsError(T2NError):
                     continue
                 seen.add(key)
                 lines.append(f"    - {reason}" + (f" at {where}" if where else ""))
+        if hint:
+            lines.append(hint)
         super().__init__("\n".join(lines))
 
     @property

@@ -84,7 +84,10 @@ class Walker:
         for v in ts_graph.outputs():
             outs.extend(self._flatten_output(self._get(v)))
         if self.problems:
-            raise UnsupportedOperatorsError(self.problems)
+            frozen = any("only works" in reason for uses in self.problems.values()
+                         for reason, _ in uses)
+            raise UnsupportedOperatorsError(self.problems, hint=_FROZEN_SIZES_HINT
+                                            if frozen else None)
         return outs
 
     def _flatten_output(self, value) -> list:
@@ -478,6 +481,13 @@ class Walker:
             self.g.node = node
         new_inner = self._write_back(inner, rest, value)
         return _scatter_view(self.g, name, base, new_inner, args)
+
+
+# after a refusal because a size fits the example only: the tracer records sizes the model
+# computes in Python (math.ceil(h / p), sizes kept on modules) as numbers
+_FROZEN_SIZES_HINT = ("hint: where the model computes sizes in Python from x.shape, "
+                      "capture='export' (--capture export) records that arithmetic with the "
+                      "dynamic axes; the trace keeps the example's numbers")
 
 
 def conform(g: Graph, op: str, r: Tensor, dtype, sizes) -> Tensor:

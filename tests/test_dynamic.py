@@ -4,6 +4,8 @@ Each model is exported once with symbolic axes and run in tract at sizes differe
 example; a dynamic axis frozen to its traced size fails these tests (tract rejects the
 input or computes with the wrong size)."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -220,3 +222,14 @@ def test_view_minus_one_keeps_the_dynamic_batch():
 
     assert_exports(Fn(windows), torch.randn(2, 21, 21, 8), input_names=["x"],
                    dynamic_axes={"x": {0: "B"}}, more_args=[(torch.randn(3, 21, 21, 8),)])
+
+
+def test_a_size_that_fits_the_example_only_points_the_trace_to_capture_export(capture,
+                                                                             tmp_path):
+    """The refusal lists the op; under the trace it adds where sizes computed in Python
+    are recorded (pvt_v2 with dynamic H, W exports with capture='export')."""
+    m = Fn(lambda x: x.reshape(x.shape[0], 2, math.ceil(x.shape[1] / 2)) * 2)  # S even only
+    with pytest.raises(UnsupportedOperatorsError, match="only works") as e:
+        t2n.export(m, (r(2, 8),), tmp_path / "m.nnef.tar", input_names=["x"],
+                   dynamic_axes={"x": {1: "S"}}, capture=capture)
+    assert ("capture='export'" in str(e.value)) == (capture == "trace")
