@@ -123,20 +123,32 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
     return ep
 
 
-def _user_line(text: str) -> str:
-    """`` at file.py:LINE`` of the innermost frame of the user's code named in ``text``."""
+def _user_line(text: str, e: BaseException | None = None) -> str:
+    """`` at file.py:LINE`` of the innermost frame of the user's code: named in ``text``
+    (torch.export's message quotes the user's stack when it has recorded one), else in the
+    traceback of ``e`` and its causes (non-strict export runs the model's own Python, so the
+    failing line is a frame there whatever torch's message holds)."""
     import os
     import re
+    import traceback
 
-    frames = [(p, n) for p, n in re.findall(r'File "([^"]+)", line (\d+)', text)
-              if "/torch/" not in p and "/t2n/" not in p and "/transformers/" not in p]
+    def users(frames):
+        return [(p, n) for p, n in frames
+                if "/torch/" not in p and "/t2n/" not in p and "/transformers/" not in p]
+
+    frames = users(re.findall(r'File "([^"]+)", line (\d+)', text))
+    seen = set()
+    while not frames and e is not None and id(e) not in seen:
+        seen.add(id(e))
+        frames = users([(f.filename, f.lineno) for f in traceback.extract_tb(e.__traceback__)])
+        e = e.__cause__ or e.__context__
     return f" at {os.path.basename(frames[-1][0])}:{frames[-1][1]}" if frames else ""
 
 
 def _export_error(e: Exception, symbols, input_names, tensors=()) -> Exception:
     text = str(e).strip()
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
-    first = first[:400] + _user_line(text)
+    first = first[:400] + _user_line(text, e)
     name = type(e).__name__
     if "Constraint" in name or "specializ" in text or "Not all values of" in text:
         axes = ", ".join(f"{input_names[i]} axis {a} = {s}" for i, d in symbols.items()

@@ -170,3 +170,18 @@ def test_scripted_control_flow_is_refused_by_the_trace_and_exported_by_export(tm
     with pytest.raises(UnsupportedOperatorsError, match=r"prim::If.*capture='export'"):
         t2n.export(_ScriptIfTracing(), (x,), tmp_path / "t.nnef")
     assert_exports(_ScriptIfTracing(), (x,), capture="export")
+
+
+def test_the_failing_line_is_found_when_torch_quotes_no_stack():
+    """torch.export's message does not always quote the user's stack (it depends on what
+    the process ran before): the line then comes from the exception's own traceback."""
+    from t2n.export_capture import _user_line
+
+    def forward():
+        raise RuntimeError("Could not guard on data-dependent expression Eq(u0, 1)")
+
+    try:
+        forward()
+    except RuntimeError as e:
+        where = _user_line(str(e), e)
+    assert where.startswith(" at test_capture_export.py:"), where
