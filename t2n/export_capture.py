@@ -130,11 +130,17 @@ def _user_line(text: str, e: BaseException | None = None) -> str:
     failing line is a frame there whatever torch's message holds)."""
     import os
     import re
+    import sys
     import traceback
 
+    # frameworks' own frames, by their package directories (a user's checkout may well sit
+    # in a directory named t2n or torch), and generated code (<string>, <eval_with_key>)
+    libs = tuple(os.path.dirname(m.__file__) + os.sep for m in
+                 (sys.modules.get(n) for n in ("t2n", "torch", "transformers"))
+                 if m is not None and getattr(m, "__file__", None))
+
     def users(frames):
-        return [(p, n) for p, n in frames
-                if "/torch/" not in p and "/t2n/" not in p and "/transformers/" not in p]
+        return [(p, n) for p, n in frames if not p.startswith(libs) and not p.startswith("<")]
 
     frames = users(re.findall(r'File "([^"]+)", line (\d+)', text))
     seen = set()
