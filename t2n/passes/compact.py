@@ -341,13 +341,7 @@ def _add_border_map(g: Graph, op: Op, w_gone: torch.Tensor, c: torch.Tensor) -> 
     attrs["groups"] = 1
     fmap = g.op(op.kind, ones, g.variable(w_eff, label), g.scalar(0.0, y.dtype),
                 out_shape=[1] + list(y.shape[1:]), out_dtype=y.dtype, **attrs)
-    inner = Tensor(g.fresh_name(op.kind), y.shape, y.dtype)
-    op.outputs[0] = inner
-    g.ops.append(Op("add", [inner, fmap], {}, [y]))
-    new = g.ops[start:]
-    del g.ops[start:]
-    at = g.ops.index(op) + 1
-    g.ops[at:at] = new
+    _add_after(g, op, fmap, start)
 
 
 def _add_position_map(g: Graph, op: Op, m, channels: torch.Tensor) -> None:
@@ -379,13 +373,7 @@ def _add_position_map(g: Graph, op: Op, m, channels: torch.Tensor) -> None:
     t = g.variable(value, label) if value.numel() > 8 else g.const(value)
     for axis, inv in index:
         t = g.gather(t, g.const(inv.to(torch.int64)), axis)
-    inner = Tensor(g.fresh_name(op.kind), y.shape, y.dtype)
-    op.outputs[0] = inner
-    g.ops.append(Op("add", [inner, t], {}, [y]))
-    new = g.ops[start:]
-    del g.ops[start:]
-    at = g.ops.index(op) + 1
-    g.ops[at:at] = new
+    _add_after(g, op, t, start)
 
 
 def _shrink_linear_input(g: Graph, op: Op, keep, gone, c, uses) -> None:
@@ -412,6 +400,19 @@ def _shrink_linear_input(g: Graph, op: Op, keep, gone, c, uses) -> None:
         add.args[i] = _replace(g, b, new.reshape(shape))
         return
     _insert_add(g, op, delta.reshape([1] * (y.rank - 1) + [-1]), variable_label(g, w))
+
+
+def _add_after(g: Graph, op: Op, term: Tensor, start: int) -> None:
+    """``y = op(...)`` becomes ``y' = op(...); y = add(y', term)``, with the ops that compute
+    ``term`` (appended to the graph from ``start`` on) moved to just after ``op``."""
+    y = op.outputs[0]
+    inner = Tensor(g.fresh_name(op.kind), y.shape, y.dtype)
+    op.outputs[0] = inner
+    g.ops.append(Op("add", [inner, term], {}, [y]))
+    new = g.ops[start:]
+    del g.ops[start:]
+    at = g.ops.index(op) + 1
+    g.ops[at:at] = new
 
 
 def _insert_add(g: Graph, op: Op, value: torch.Tensor, label: str | None) -> None:
