@@ -24,6 +24,8 @@ into the output in f16, tap after tap (:func:`_conv_transpose_f16`).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from op_mappings.helpers.integer_conv import dilate, flip_spatial, integer_conv
@@ -180,9 +182,7 @@ def _column_filter(g, weight, groups):
     kernel = list(weight.shape[2:])
     if not isinstance(c_in, int) or c_in % groups:
         raise g.error(f"weight: {c_in} input channels do not split into {groups} groups")
-    taps = 1
-    for k in kernel:
-        taps *= k
+    taps = math.prod(kernel)
     shape = [groups * c_out_g * taps, c_in // groups] + [1] * len(kernel)
     if weight.is_const:
         w = weight.value.reshape(groups, c_in // groups, c_out_g * taps).transpose(1, 2)
@@ -207,9 +207,7 @@ def _conv_transpose_f16(g, x, weight, bias, stride, padding, output_padding, gro
     cols = g.op("conv", g.cast(x, f32), w, g.scalar(0.0, f32), border="constant",
                 padding=[(0, 0)] * n, stride=[1] * n, dilation=[1] * n, groups=groups,
                 out_shape=[x.shape[0], w.shape[0]] + sizes, out_dtype=f32)
-    taps = 1
-    for k in kernel:
-        taps *= k
+    taps = math.prod(kernel)
     cols = g.reshape(g.cast(cols, torch.float16), [x.shape[0], c_out, taps] + sizes)
     out = [(sizes[i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (kernel[i] - 1)
            + output_padding[i] + 1 for i in range(n)]

@@ -317,8 +317,7 @@ def _shrink_conv_input(g: Graph, op: Op, keep, gone, c) -> None:
     else:
         base = float(bias.value) if bias is not None else 0.0
         new = (delta.to(torch.float64) + base).to(wv.dtype).reshape(1, out_ch)
-        label = variable_label(g, w)
-        label = label[:-len("weight")] + "bias" if label and label.endswith("weight") else None
+        label = _renamed(variable_label(g, w), "bias")
         set_conv_bias(op, g.variable(new, label) if label else g.const(new))
 
 
@@ -334,9 +333,7 @@ def _add_border_map(g: Graph, op: Op, w_gone: torch.Tensor, c: torch.Tensor) -> 
     x, y = op.args[0], op.outputs[0]
     start = len(g.ops)
     ones = g.broadcast_to(g.scalar(1.0, x.dtype), [1, 1] + list(x.shape[2:]))
-    label = variable_label(g, op.args[1])
-    label = label[:-len("weight")] + "border_map" if label and label.endswith("weight") \
-        else None
+    label = _renamed(variable_label(g, op.args[1]), "border_map")
     attrs = {k: v for k, v in op.attrs.items() if k != "bias"}
     attrs["groups"] = 1
     fmap = g.op(op.kind, ones, g.variable(w_eff, label), g.scalar(0.0, y.dtype),
@@ -365,9 +362,7 @@ def _add_position_map(g: Graph, op: Op, m, channels: torch.Tensor) -> None:
         if uniq.shape[axis] < small.shape[axis]:
             small = uniq
             index.append((axis + 1, inv))
-    label = variable_label(g, op.args[1])
-    label = label[:-len("weight")] + "position_map" if label and label.endswith("weight") \
-        else None
+    label = _renamed(variable_label(g, op.args[1]), "position_map")
     start = len(g.ops)
     value = small.to(y.dtype).unsqueeze(0).contiguous()
     t = g.variable(value, label) if value.numel() > 8 else g.const(value)
@@ -417,11 +412,13 @@ def _add_after(g: Graph, op: Op, term: Tensor, start: int) -> None:
 
 def _insert_add(g: Graph, op: Op, value: torch.Tensor, label: str | None) -> None:
     """``y = op(...)`` becomes ``y' = op(...); y = add(y', value)`` (uses of y unchanged)."""
-    y = op.outputs[0]
-    inner = Tensor(g.fresh_name(op.kind), y.shape, y.dtype)
-    op.outputs[0] = inner
-    if label and label.endswith("weight"):
-        label = label[:-len("weight")] + "bias"
+    label = _renamed(label, "bias") or label
     const = g.variable(value, label) if value.numel() > 8 else g.const(value)
-    g.ops.insert(g.ops.index(op) + 1, Op("add", [inner, const], {}, [y]))
+    _add_after(g, op, const, len(g.ops))
 
+
+def _renamed(weight_label: str | None, name: str) -> str | None:
+    """The label of a tensor derived from a weight: ``conv1.weight`` -> ``conv1.<name>``."""
+    if weight_label and weight_label.endswith("weight"):
+        return weight_label[:-len("weight")] + name
+    return None
