@@ -62,6 +62,21 @@ def test_batch_norm_folds_into_conv(groups, bias, dims):
     assert _hist(model, (x,), optimize=False).get("mul") == 1
 
 
+def test_zero_bias_after_folding_is_the_literal_zero():
+    # a batch norm at its initial statistics (every constructor-built model) folds to a
+    # bias of zeros, and a fresh layer may have one: written as 0.0, not as a constant, as
+    # the ONNX route drops it; a real bias stays; tract computes the same either way
+    x = torch.randn(2, 4, 6, 6)
+    fresh = nn.Conv2d(4, 8, 3)
+    nn.init.zeros_(fresh.bias)
+    for model, zero in ((ConvBN().eval(), True), (_randomise_bn(ConvBN()), False),
+                        (_fn(lambda x: fresh(x), fresh).eval(), True)):
+        assert_exports(model, (x,))
+        conv = next(op for op in api.export_graph(model, (x,)).live_ops() if op.kind == "conv")
+        bias = conv.args[2]
+        assert (bias.rank == 0 and bias.literal == "0.0") is zero, (type(model).__name__, bias)
+
+
 def test_linear_then_batch_norm_1d_and_a_scale_fold_into_one_linear():
     model = _randomise_bn(nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5)))
     f = _fn(lambda x: (model(x) * 3.0 - 1.0) / 2.0, model)

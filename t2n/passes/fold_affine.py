@@ -14,7 +14,9 @@ the numbers: the rounding of the folded products). Scales that are not finite ar
 alone (a ``mul`` by inf or NaN is not a weight).
 
 A ``matmul`` keeps one ``add`` for its folded bias (``fuse_linear`` then writes the pair as
-NNEF ``linear``).
+NNEF ``linear``). A float32 convolution left with a bias of zeros (a batch norm at its
+initial statistics, a freshly initialised layer) writes the literal ``0.0`` instead of a
+weight, as the ONNX route drops it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,21 @@ from .rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vec
 def run(g: Graph, ctx) -> None:
     if may_fold_weights(ctx):
         rewrite_until_stable(g, _fold_after)
+        _drop_zero_biases(g)
+
+
+def _drop_zero_biases(g: Graph) -> None:
+    """A float32 convolution whose bias is a constant of zeros (a fresh layer, a batch norm
+    at its initial statistics) takes the literal 0.0 instead, as the ONNX route drops it:
+    tract then builds no bias constant, axis removal and cast for it."""
+    for op in g.ops:
+        if op.kind not in ("conv", "deconv") or len(op.args) < 3:
+            continue
+        b = op.args[2]
+        if isinstance(b, Tensor) and b.rank and b.value is not None \
+                and b.dtype == torch.float32 and b.value.numel() > 0 \
+                and not bool((b.value != 0).any()):
+            op.args[2] = g.const(torch.zeros((), dtype=torch.float32))
 
 
 PASS = GraphPass("fold_affine", run, options=("optimize",))
