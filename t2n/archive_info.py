@@ -185,12 +185,29 @@ def _outputs(text: str) -> list[dict]:
     return [{"name": n} for n in names]
 
 
+_FRAGMENT = re.compile(r"^\s*fragment\s+(\w+)\s*\([^{]*\{([^}]*)\}", re.M)
+_DECLARATIONS = ("external", "variable", "tract_core_external")
+
+
 def _ops(text: str) -> dict[str, int]:
+    """Ops of the graph body by kind. A call of a fragment whose body is one op (the writer's
+    shallow spelling, t2n.shallow_text) counts as that op; a call declaring a weight not at
+    all. Other fragments count once by their name, and their body's ops once each."""
+    single: dict[str, str] = {}
+    for name, body in _FRAGMENT.findall(text):
+        kinds = [k for _, k in _STATEMENT.findall(body)]
+        if len(kinds) == 1:
+            single[name] = kinds[0]
     body = text[text.find("{") + 1:] if "{" in text else text
-    kinds = Counter(k for _, k in _STATEMENT.findall(body)
-                    if k not in ("external", "variable", "tract_core_external")
-                    and not k.startswith(("external<", "variable<")))
-    return dict(sorted(kinds.items()))
+    kinds = Counter()
+    for _, k in _STATEMENT.findall(body):
+        k = single.get(k, k)
+        if k.split("<")[0] not in _DECLARATIONS:
+            kinds[k] += 1
+    for name, kind in single.items():  # the body of a one-op fragment: counted per call
+        if kind.split("<")[0] not in _DECLARATIONS:
+            kinds[kind] -= 1
+    return dict(sorted((k, n) for k, n in kinds.items() if n > 0))
 
 
 def _weight(label: str, head: bytes) -> WeightInfo:

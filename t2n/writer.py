@@ -23,6 +23,7 @@ from .builder import Graph, Tensor, Variable, format_dim, format_value
 from .errors import UsageError
 from .gzstream import GzipStream
 from .loops import op_line, render_fragments
+from .shallow_text import ShallowText
 from .targets import TRACT, Target
 
 GRAPH_NAME = "network"
@@ -39,35 +40,59 @@ def render_graph(g: Graph, target: Target = TRACT) -> str:
     lines.extend(render_fragments(g))
     if target.name == "tract":  # tract's own metadata fragment (export refuses it elsewhere)
         lines += render_properties(getattr(g, "properties", None) or {})
-    ins = ", ".join(t.name for t in g.inputs)
-    outs = ", ".join(g.output_names)
-    lines.append(f"graph {GRAPH_NAME}({ins}) -> ({outs})")
-    lines.append("{")
+    shallow = ShallowText(_names(g, ops)) if target.shallow_text else None
+    body = []
     for t in g.inputs:
-        lines.append(f"  {t.name} = {target.external(t)};")
+        body.append(f"  {t.name} = {target.external(t)};")
     labels = g.final_labels(used)
     aliases = same_bytes_aliases(g, used)
     for v in g.variables:
         if id(v.tensor) in used and id(v.tensor) not in aliases:
-            lines += _declaration(g, v, labels[id(v.tensor)], g.storage.get(id(v.tensor)))
+            body += _declaration(g, v, labels[id(v.tensor)], g.storage.get(id(v.tensor)),
+                                 shallow)
     for v in g.variables:
         if id(v.tensor) in aliases:
             shape = ", ".join(str(int(d)) for d in v.tensor.shape)
-            lines.append(f"  {v.tensor.name} = reshape({aliases[id(v.tensor)].tensor.name}, "
-                         f"shape = [{shape}]);")
+            body.append(f"  {v.tensor.name} = reshape({aliases[id(v.tensor)].tensor.name}, "
+                        f"shape = [{shape}]);")
+    outputs = {id(t) for t in g.outputs}
     for op in ops:
-        lines.append("  " + op_line(op) + ";")
+        line = None
+        if shallow is not None and not any(id(o) in outputs for o in op.outputs):
+            line = shallow.op_line(op)
+        body.append("  " + (line or op_line(op)) + ";")
     for name, t in zip(g.output_names, g.outputs):
         if t.name != name:
-            lines.append(f"  {name} = copy({format_value(t)});")
+            body.append(f"  {name} = copy({format_value(t)});")
+    if shallow is not None:
+        lines += shallow.fragment_lines()
+    ins = ", ".join(t.name for t in g.inputs)
+    outs = ", ".join(g.output_names)
+    lines.append(f"graph {GRAPH_NAME}({ins}) -> ({outs})")
+    lines.append("{")
+    lines += body
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def _declaration(g: Graph, v: Variable, label: str, storage) -> list[str]:
+def _names(g: Graph, ops) -> set[str]:
+    """Every identifier the graph text uses already (fragments, tensors, outputs)."""
+    names = {f.name for f in g.fragments} | set(g.output_names)
+    names.update(t.name for t in g.inputs)
+    names.update(v.tensor.name for v in g.variables)
+    names.update(o.name for op in ops for o in op.outputs if isinstance(o, Tensor))
+    return names
+
+
+def _declaration(g: Graph, v: Variable, label: str, storage,
+                 shallow: ShallowText | None = None) -> list[str]:
     """The ``variable`` line of a weight; with a weight format (``storage``), its stored
     shape, and a cast back to the graph's dtype when it is stored in another one."""
     if storage is None:
+        line = shallow.variable_line(v.tensor.name, v.tensor.dtype, v.tensor.shape, label) \
+            if shallow is not None else None
+        if line is not None:
+            return [f"  {line};"]
         shape = ", ".join(str(int(d)) for d in v.tensor.shape)
         return [f"  {v.tensor.name} = variable<{_nnef_type(v.tensor.dtype)}>"
                 f"(shape = [{shape}], label = {format_value(label)});"]

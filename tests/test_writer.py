@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import tarfile
 import tracemalloc
 import zlib
@@ -342,3 +343,41 @@ def test_default_arguments_left_out_of_graph_text(tmp_path):
     assert "padding = " in convs[0] and "stride" not in convs[0] and "groups" not in convs[0]
     assert "stride = [2, 1]" in text and "dilation = [1, 2]" in text and "groups = 3" in text
     assert "border = 'constant'" not in text
+
+
+class _Stack(torch.nn.Module):
+    """Two convolutions of one geometry, one of another, a reshape and a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.b = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.c = torch.nn.Conv2d(4, 4, 1, stride=2)
+        self.fc = torch.nn.Linear(4 * 3 * 3, 5)
+
+    def forward(self, x):
+        y = self.c(torch.relu(self.b(torch.relu(self.a(x)))))
+        return self.fc(y.reshape(y.shape[0], -1))
+
+
+def test_literal_lists_move_into_shared_fragments(tmp_path):
+    # tract's parser spends several times more on a literal nested in a call than on a plain
+    # argument: for tract the graph body holds none (t2n.shallow_text); ops of one kind and
+    # geometry share one fragment; tract computes the same; Khronos keeps the plain lines
+    from t2n.archive_info import inspect_archive
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 6)
+    t2n.export(_Stack().eval(), (x,), str(tmp_path / "s.nnef"), check=True)
+    text = (tmp_path / "s.nnef" / "graph.nnef").read_text()
+    body = text[text.index("graph network"):].splitlines()[3:-1]
+    assert body and not [ln for ln in body if "[" in ln], text
+    frags = dict(re.findall(r"fragment (\w+)\(.*\n\{\n  output = (\w+)[<(]", text))
+    calls = [re.search(r"= (\w+)\(", ln).group(1) for ln in body]
+    convs = [c for c in calls if frags.get(c) == "conv"]
+    assert len(convs) == 3 and len(set(convs)) == 2, (convs, text)  # a, b share padding 1
+    assert sum(frags.get(c) == "variable" for c in calls) == 8, text
+    assert inspect_archive(str(tmp_path / "s.nnef"), macs=False).op_histogram["conv"] == 3
+    t2n.export(_Stack().eval(), (x,), str(tmp_path / "k.nnef"), target="khronos")
+    plain = (tmp_path / "k.nnef" / "graph.nnef").read_text()
+    assert "fragment t2n_" not in plain and plain.count("= conv(") == 3, plain

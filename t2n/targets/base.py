@@ -16,13 +16,16 @@ class Target:
 
     ``extensions`` are the ``extension ...;`` lines of graph.nnef (before symbols);
     ``declares_symbols`` whether dynamic axes are written as ``extension tract_symbol``;
-    ``checker`` names the engine the check runs (``"tract"`` or ``"nnef-tools"``).
+    ``checker`` names the engine the check runs (``"tract"`` or ``"nnef-tools"``);
+    ``shallow_text`` whether the writer moves literal lists into shared fragments, which
+    tract's parser reads several times faster (t2n.shallow_text).
     """
 
     name: str
     extensions: tuple[str, ...]
     declares_symbols: bool
     checker: str
+    shallow_text: bool = False
 
     def lower(self, g: Graph) -> None:
         """Rewrite ``g`` in place into what this target can express, or refuse with one

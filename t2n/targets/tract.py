@@ -5,4 +5,4 @@ from __future__ import annotations
 from .base import Target
 
 TRACT = Target(name="tract", extensions=("tract_registry tract_core",), declares_symbols=True,
-               checker="tract")
+               checker="tract", shallow_text=True)
