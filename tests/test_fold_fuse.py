@@ -392,3 +392,25 @@ def test_reshapes_written_over_their_changed_axes(tmp_path):
     t2n.export(shuffle, (args[0],), str(tmp_path / "k.nnef"), target="khronos")
     text = (tmp_path / "k.nnef" / "graph.nnef").read_text()
     assert "= reshape(" in text and "axis_start" not in text  # the tract target only
+
+
+# ---------------------------------------------------------------------------- squeeze_weights
+def test_product_weights_lose_their_size_1_leading_axes(tmp_path):
+    # NNEF's linear/matmul lift a weight to the input's rank ([1, K, C]); tract then copies
+    # it to drop the axis again. For tract the weight is stored [K, C] and read by an
+    # einsum (one fragment call per linear, so the op count stays); a weight read twice
+    # keeps its form; tract computes the same on a fixed and on a dynamic batch
+    lin, shared = nn.Linear(8, 6), nn.Linear(6, 6)
+    model = _fn(lambda x: shared(shared(torch.relu(lin(x)))), lin, shared).eval()
+    x = torch.randn(1, 5, 8)
+    g = api.export_graph(model, (x,))
+    h = g.op_histogram()
+    assert h.get("t2n_linear3_f32") == 1 and h.get("linear") == 2, h
+    used = g.used_tensors(g.live_ops())
+    ranks = {v.label: v.tensor.rank for v in g.variables if id(v.tensor) in used}
+    assert ranks["parts.0.weight"] == 2 and ranks["parts.1.weight"] == 3, ranks
+    assert_exports(model, (x,))
+    assert_exports(model, (torch.randn(2, 5, 8),), input_names=["x"],
+                   dynamic_axes={"x": {0: "B"}}, more_args=[(torch.randn(3, 5, 8),)])
+    api.export(model, (x,), str(tmp_path / "k.nnef"), target="khronos")
+    assert "t2n_linear" not in (tmp_path / "k.nnef" / "graph.nnef").read_text()

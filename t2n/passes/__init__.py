@@ -54,6 +54,8 @@ PIPELINE: tuple[str, ...] = (
     "weights",  # weight storage format (weights="f16"/"q4_0"); decides on the final graph
     "broadcast_axes",  # products: size-1 broadcast axes get labels of their own (tract loads
     #                    it); rewrites op forms only, never variables, so it may follow weights
+    "squeeze_weights",  # a product's constant weight without its size-1 leading axes
+    #                     (tract: an einsum on the weight's own rank; tract copies it less)
     "minimal_reshape",  # reshapes written over the axes they change (axis_start/axis_count)
 )
 

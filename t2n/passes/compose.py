@@ -26,7 +26,7 @@ import torch
 
 from ..builder import Graph, Op, Tensor, format_float
 from . import GraphPass
-from .rewrite import Index, const, may_fold_weights, scalar_const
+from .rewrite import Index, TextFragment, const, may_fold_weights, scalar_const
 
 
 def run(g: Graph, ctx) -> None:
@@ -34,7 +34,7 @@ def run(g: Graph, ctx) -> None:
         # compressed weights: the format planner reads the ops as mapped; streaming: the
         # pulse refusals name the aten ops, which a fragment call would hide
         return
-    defined: dict[str, _Fragment] = {}
+    defined: dict[str, TextFragment] = {}
     for matcher in (_gelu, _gelu_tanh, _layer_norm, _clamp, _nan_minmax, _scale_shift,
                     _layer_norm_affine, _mean, _split):
         index = Index(g)
@@ -61,19 +61,6 @@ def run(g: Graph, ctx) -> None:
 
 
 PASS = GraphPass("compose", run, options=("optimize",))
-
-
-class _Fragment:
-    """A fragment definition written before the graph (rendered by t2n.loops)."""
-
-    def __init__(self, name: str, params: str, results: str, body: list[str]):
-        self.name = name
-        self._head = f"fragment {name}({params}) -> ({results})"
-        self._body = body
-        self.body = Graph()  # no nested fragments inside
-
-    def render(self) -> list[str]:
-        return [self._head, "{"] + ["  " + line + ";" for line in self._body] + ["}"]
 
 
 def _f32(*ts) -> bool:
@@ -117,7 +104,7 @@ def _gelu(index: Index, e: Op):
         return None
     if not _f32(x, y.outputs[0]) or tuple(y.outputs[0].shape) != tuple(x.shape):
         return None
-    frag = _Fragment("t2n_gelu", "x: tensor<scalar>", "y: tensor<scalar>", [
+    frag = TextFragment("t2n_gelu", "x: tensor<scalar>", "y: tensor<scalar>", [
         f"a = mul(x, {c.literal})", "e = tract_core_erf(a)", "h = mul(x, 0.5)",
         "p = add(e, 1.0)", "y = mul(h, p)"])
     return frag, Op("t2n_gelu", [x], {}, [y.outputs[0]]), [a, e, h, p, y]
@@ -136,7 +123,7 @@ def _layer_norm(index: Index, r: Op):
     if red is None or not _single(index, m, s) or red.args[0] is not x \
             or list(red.attrs.get("axes", [])) != [axis] or not _f32(x, r.outputs[0]):
         return None
-    frag = _Fragment("t2n_layer_norm", "x: tensor<scalar>, axis: integer, eps: scalar",
+    frag = TextFragment("t2n_layer_norm", "x: tensor<scalar>, axis: integer, eps: scalar",
                      "y: tensor<scalar>", [
                          "m = mean_reduce(x, axes = [axis])", "c = sub(x, m)",
                          "y = tract_core_rms_norm(c, axis = axis, eps = eps)"])
@@ -160,7 +147,7 @@ def _clamp(index: Index, y: Op):
         return None
     if not _f32(x, lo, hi, y.outputs[0]) or tuple(y.outputs[0].shape) != tuple(x.shape):
         return None
-    frag = _Fragment("t2n_clamp", "x: tensor<scalar>, lo: scalar, hi: scalar",
+    frag = TextFragment("t2n_clamp", "x: tensor<scalar>, lo: scalar, hi: scalar",
                      "y: tensor<scalar>", ["t = max(x, lo)", "y = min(t, hi)"])
     call = Op("t2n_clamp", [x], {"lo": vals[0], "hi": vals[1]}, [y.outputs[0]])
     return frag, call, [mx, y]
@@ -180,7 +167,7 @@ def _scale_shift(index: Index, y: Op):
     if not _f32(x, s, c, y.outputs[0]) or tuple(y.outputs[0].shape) != tuple(x.shape) \
             or s.rank != x.rank or c.rank != x.rank:
         return None
-    frag = _Fragment("t2n_scale_shift", "x: tensor<scalar>, s: tensor<scalar>, "
+    frag = TextFragment("t2n_scale_shift", "x: tensor<scalar>, s: tensor<scalar>, "
                      "c: tensor<scalar>", "y: tensor<scalar>", ["t = mul(x, s)",
                                                                 "y = add(t, c)"])
     return frag, Op("t2n_scale_shift", [x, s, c], {}, [y.outputs[0]]), [m, y]
@@ -199,7 +186,7 @@ def _mean(index: Index, y: Op):
     x = red.args[0]
     if not _f32(x, y.outputs[0]):
         return None
-    frag = _Fragment("t2n_mean", "x: tensor<scalar>, axes: integer[]", "y: tensor<scalar>",
+    frag = TextFragment("t2n_mean", "x: tensor<scalar>, axes: integer[]", "y: tensor<scalar>",
                      ["m = mean_reduce(x, axes = axes)", "y = squeeze(m, axes = axes)"])
     return frag, Op("t2n_mean", [x], {"axes": axes}, [y.outputs[0]]), [red, y]
 
@@ -238,7 +225,7 @@ def _split(index: Index, op: Op):
     outs = [chr(ord("a") + i) for i in range(n)] if n <= 26 else [f"y{i}" for i in range(n)]
     params = ", ".join(["x: tensor<scalar>", "axis: integer"]
                        + [f"{m}: integer" for m in names] + ["end: integer"])
-    frag = _Fragment(f"t2n_split{n}", params, ", ".join(f"{o}: tensor<scalar>" for o in outs),
+    frag = TextFragment(f"t2n_split{n}", params, ", ".join(f"{o}: tensor<scalar>" for o in outs),
                      [f"{o} = slice(x, axes = [axis], begin = [{edges[i]}], "
                       f"end = [{edges[i + 1]}], stride = [1])" for i, o in enumerate(outs)])
     attrs = {"axis": axis, **dict(zip(names, inner)), "end": bounds[-1][2]}
@@ -291,7 +278,7 @@ def _gelu_tanh(index: Index, y: Op):
     if not _f32(x, y.outputs[0]) or any(tuple(o.outputs[0].shape) != tuple(x.shape)
                                         for o in (h, p, q, s, u, t, v, y)):
         return None
-    frag = _Fragment("t2n_gelu_tanh", "x: tensor<scalar>, a: scalar, e: scalar, c: scalar, "
+    frag = TextFragment("t2n_gelu_tanh", "x: tensor<scalar>, a: scalar, e: scalar, c: scalar, "
                      "k: scalar, d: scalar", "y: tensor<scalar>", [
                          "h = mul(x, a)", "p = pow(x, e)", "q = mul(p, c)", "s = add(x, q)",
                          "u = mul(s, k)", "t = tanh(u)", "v = add(t, d)", "y = mul(h, v)"])
@@ -319,7 +306,7 @@ def _nan_minmax(index: Index, y: Op):
             or tuple(r.shape) != tuple(x.shape) or not (c.rank == 0 or c.rank == x.rank):
         return None
     name = f"t2n_{m.kind}_nan"
-    frag = _Fragment(name, "x: tensor<scalar>, c: tensor<scalar>", "y: tensor<scalar>", [
+    frag = TextFragment(name, "x: tensor<scalar>, c: tensor<scalar>", "y: tensor<scalar>", [
         f"r = {m.kind}(x, c)", "n = tract_core_is_nan(x)", "y = select(n, x, r)"])
     return frag, Op(name, [x, c], {}, [y.outputs[0]]), [m, n, y]
 
@@ -333,7 +320,7 @@ def _layer_norm_affine(index: Index, y: Op):
     ln = _made_single(index, y.args[0], "t2n_layer_norm", y)
     if ln is None:
         return None
-    frag = _Fragment("t2n_layer_norm_affine", "x: tensor<scalar>, s: tensor<scalar>, "
+    frag = TextFragment("t2n_layer_norm_affine", "x: tensor<scalar>, s: tensor<scalar>, "
                      "b: tensor<scalar>, axis: integer, eps: scalar", "y: tensor<scalar>", [
                          "m = mean_reduce(x, axes = [axis])", "c = sub(x, m)",
                          "n = tract_core_rms_norm(c, axis = axis, eps = eps)",

@@ -226,3 +226,17 @@ def emit_before(g: Graph, anchor: Op, build) -> Tensor:
 
 def float64(v: torch.Tensor) -> torch.Tensor:
     return v.to(torch.float64)
+
+
+class TextFragment:
+    """A fragment definition given as NNEF text lines, written before the graph (rendered
+    by t2n.loops): the composites of compose and squeeze_weights' linear forms."""
+
+    def __init__(self, name: str, params: str, results: str, body: list[str]):
+        self.name = name
+        self._head = f"fragment {name}({params}) -> ({results})"
+        self._body = body
+        self.body = Graph()  # no nested fragments inside
+
+    def render(self) -> list[str]:
+        return [self._head, "{"] + ["  " + line + ";" for line in self._body] + ["}"]
