@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from .builder import Graph, Tensor, _flatten, format_value
+from .nnef_text import nnef_type
 from .errors import ConversionError
 from .stdlib_defaults import explicit_attrs
 
@@ -53,8 +54,8 @@ class Fragment:
     body: Graph
 
     def render(self) -> list[str]:
-        ps = ", ".join(f"{p.name}: tensor<{_nnef_type(p.dtype)}>" for p in self.params)
-        rs = ", ".join(f"{r.name}: tensor<{_nnef_type(r.dtype)}>" for r in self.results)
+        ps = ", ".join(f"{p.name}: tensor<{nnef_type(p.dtype)}>" for p in self.params)
+        rs = ", ".join(f"{r.name}: tensor<{nnef_type(r.dtype)}>" for r in self.results)
         lines = [f"fragment {self.name}({ps}) -> ({rs})", "{"]
         for op in self.body.live_ops():
             lines.append("  " + op_line(op) + ";")
@@ -273,13 +274,6 @@ class Loop:
                                           f"internal: loop body reads outer tensor {a.name} "
                                           "without declaring it (Loop.full)")
 
-
-def _nnef_type(dtype: torch.dtype) -> str:
-    if dtype.is_floating_point:
-        return "scalar"
-    if dtype == torch.bool:
-        return "logical"
-    return "integer"
 
 
 def _ceil_div(n, k):

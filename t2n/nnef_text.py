@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import numpy as np
+import torch
 
 from .errors import ConversionError
 from .tensors import DATA_DEPENDENT_PREFIX, Dim, Tensor
@@ -36,6 +37,15 @@ def sanitize(name: str) -> str:
     if not s or not (s[0].isalpha() or s[0] == "_") or not safe_identifier(s):
         s = "v_" + s
     return s
+
+
+def nnef_type(dtype) -> str:
+    """The NNEF element type of a torch dtype (``scalar``, ``integer``, ``logical``)."""
+    if dtype.is_floating_point:
+        return "scalar"
+    if dtype == torch.bool:
+        return "logical"
+    return "integer"
 
 
 def format_float(v: float) -> str:

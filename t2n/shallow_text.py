@@ -35,7 +35,7 @@ import re
 
 import torch
 
-from .nnef_text import format_value
+from .nnef_text import format_value, nnef_type
 from .stdlib_defaults import explicit_attrs
 from .tensors import Op, Tensor
 
@@ -43,8 +43,8 @@ HOIST_PREFIX = "t2n_"
 VARIABLE_STEM = "variable"  # t2n_variable_<type><rank>_<n>
 
 # text made only of numbers, strings, logicals, brackets and commas (no identifier)
-_LITERAL_TOKEN = re.compile(r"""\s*(?:-?(?:\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|inf)|'(?:[^'\\]|\\.)*'"""
-                            r"""|true|false|[\[\](),])""")
+_LITERAL_TOKEN = re.compile(r"\s*(?:-?(?:\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|inf)"
+                            r"|'(?:[^'\\]|\\.)*'|true|false|[\[\](),])")
 
 
 def _pure_literal_list(text: str) -> bool:
@@ -58,14 +58,6 @@ def _pure_literal_list(text: str) -> bool:
             return text[pos:].strip() == ""
         pos = m.end()
     return True
-
-
-def nnef_type(dtype: torch.dtype) -> str:
-    if dtype.is_floating_point:
-        return "scalar"
-    if dtype == torch.bool:
-        return "logical"
-    return "integer"
 
 
 def _param_type(value) -> str | None:
@@ -149,7 +141,8 @@ class ShallowText:
         frozen = tuple(key)
         if frozen not in self._fragments:
             name = self._fragment_name(op.kind)
-            head = f"fragment {name}({', '.join(params)}) -> (output: tensor<{nnef_type(out.dtype)}>)"
+            result = f"output: tensor<{nnef_type(out.dtype)}>"
+            head = f"fragment {name}({', '.join(params)}) -> ({result})"
             body = f"  output = {op.kind}({', '.join(body_args)});"
             self._fragments[frozen] = (name, [head, "{", body, "}", ""])
         name = self._fragments[frozen][0]

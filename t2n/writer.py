@@ -23,6 +23,7 @@ from .builder import Graph, Tensor, Variable, format_dim, format_value
 from .errors import UsageError
 from .gzstream import GzipStream
 from .loops import op_line, render_fragments
+from .nnef_text import nnef_type
 from .shallow_text import ShallowText
 from .targets import TRACT, Target
 
@@ -94,7 +95,7 @@ def _declaration(g: Graph, v: Variable, label: str, storage,
         if line is not None:
             return [f"  {line};"]
         shape = ", ".join(str(int(d)) for d in v.tensor.shape)
-        return [f"  {v.tensor.name} = variable<{_nnef_type(v.tensor.dtype)}>"
+        return [f"  {v.tensor.name} = variable<{nnef_type(v.tensor.dtype)}>"
                 f"(shape = [{shape}], label = {format_value(label)});"]
     shape = ", ".join(str(int(d)) for d in storage.shape)
     cast = storage.cast_to()
@@ -208,13 +209,6 @@ def _name_outputs(g: Graph, ops) -> None:
             t.name = name
             taken.add(id(t))
 
-
-def _nnef_type(dtype: torch.dtype) -> str:
-    if dtype.is_floating_point:
-        return "scalar"
-    if dtype == torch.bool:
-        return "logical"
-    return "integer"
 
 
 # ---------------------------------------------------------------------------- .dat

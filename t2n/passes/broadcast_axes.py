@@ -28,6 +28,7 @@ from .. import dtypes
 from ..builder import Graph, Op, Tensor
 from ..weight_formats import Q4Storage
 from . import GraphPass, PassContext
+from .rewrite import einsum_specs
 
 _BATCH = "abcdefghijlopqrstuvwxyz"  # batch labels of a matmul (m, k, n are its matrix axes)
 
@@ -45,18 +46,6 @@ def _matmul_as_einsum(op: Op):
     spec_a = batch + ("km" if op.attrs.get("transposeA") else "mk")
     spec_b = batch + ("nk" if op.attrs.get("transposeB") else "kn")
     return [a, b], [spec_a, spec_b], batch + "mn"
-
-
-def _einsum_specs(op: Op):
-    inputs = op.args[0] if op.args else None
-    expr = op.attrs.get("expr")
-    if not isinstance(inputs, list) or not isinstance(expr, str) or "->" not in expr:
-        return None
-    lhs, out = expr.split("->")
-    specs = lhs.split(",")
-    if len(specs) != len(inputs) or not all(isinstance(t, Tensor) for t in inputs):
-        return None
-    return list(inputs), specs, out
 
 
 def _relabelled(inputs: list[Tensor], specs: list[str]) -> list[str] | None:
@@ -85,7 +74,7 @@ def run(g: Graph, ctx: PassContext) -> None:
                        if isinstance(st, Q4Storage)}
     for op in g.ops:
         found = _matmul_as_einsum(op) if op.kind == "matmul" else \
-            _einsum_specs(op) if op.kind == "tract_core_einsum" else None
+            einsum_specs(op) if op.kind == "tract_core_einsum" else None
         if found is None:
             continue
         inputs, specs, out = found

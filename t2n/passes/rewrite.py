@@ -228,6 +228,20 @@ def float64(v: torch.Tensor) -> torch.Tensor:
     return v.to(torch.float64)
 
 
+def einsum_specs(op: Op):
+    """``(inputs, input specs, output spec)`` of a ``tract_core_einsum`` over tensors, or
+    None."""
+    inputs = op.args[0] if op.args else None
+    expr = op.attrs.get("expr")
+    if not isinstance(inputs, list) or not isinstance(expr, str) or "->" not in expr:
+        return None
+    lhs, out = expr.split("->")
+    specs = lhs.split(",")
+    if len(specs) != len(inputs) or not all(isinstance(t, Tensor) for t in inputs):
+        return None
+    return list(inputs), specs, out
+
+
 class TextFragment:
     """A fragment definition given as NNEF text lines, written before the graph (rendered
     by t2n.loops): the composites of compose and squeeze_weights' linear forms."""

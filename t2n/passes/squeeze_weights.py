@@ -26,7 +26,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..builder import Graph, Op, Tensor
 from . import GraphPass, PassContext
-from .rewrite import Index, TextFragment, may_fold_weights
+from .rewrite import Index, TextFragment, einsum_specs, may_fold_weights
 
 _BATCH = "abcdefghijlopqrstuvwxyz"  # batch labels (m, k, n are the matrix axes)
 
@@ -96,16 +96,11 @@ def _product(g: Graph, index: Index, op: Op, defined: set[str]):
 
 
 def _einsum(g: Graph, index: Index, op: Op):
-    inputs = op.args[0] if op.args else None
-    expr = op.attrs.get("expr")
-    if not isinstance(inputs, list) or not isinstance(expr, str) or "->" not in expr:
+    found = einsum_specs(op)
+    if found is None:
         return None
-    lhs, out = expr.split("->")
-    specs = lhs.split(",")
-    if len(specs) != len(inputs):
-        return None
+    inputs, specs, out = found
     changed = False
-    inputs, specs = list(inputs), list(specs)
     for i, (w, spec) in enumerate(zip(inputs, specs)):
         n = _lead(w)
         if not n or len(spec) != w.rank or not _sole_reader(index, w, op):
