@@ -67,6 +67,11 @@ class Walker:
         self.problems: dict[str, list] = {}
         self._schemas: dict[str, object] = {}
         self._const_handles: dict[int, Tensor] = {}
+        # the torch tensors behind the id() keys of labels and _const_handles, kept alive:
+        # a freed temporary's id is reused by the next tensor allocated, which would then
+        # get the freed one's graph constant (GraniteMoeHybrid's conv weight read its
+        # state cache's [2, 80, 4]) or its label
+        self._keyed: dict[int, torch.Tensor] = {}
         self.folded = FoldedStorage()
 
     # ------------------------------------------------------------------ entry point
@@ -174,6 +179,7 @@ class Walker:
             if isinstance(value, torch.Tensor):
                 prefix = self._module_path(obj)
                 self.labels.setdefault(id(value), f"{prefix}{attr}")
+                self._keyed.setdefault(id(value), value)
             return [value]
         if name in ("ListConstruct",):
             return [list(inputs)]
@@ -374,6 +380,7 @@ class Walker:
         for r in results:
             if isinstance(r, torch.Tensor) and label is not None and id(r) not in self.labels:
                 self.labels[id(r)] = label
+                self._keyed[id(r)] = r
         return results
 
     def _schema(self, node):
@@ -407,11 +414,12 @@ class Walker:
             return value
         if isinstance(value, torch.Tensor):
             key = id(value)
-            if key in self._const_handles:
+            if key in self._const_handles and self._keyed.get(key) is value:
                 return self._const_handles[key]
             label = self.labels.get(key)
             h = self.g.variable(value, label) if label is not None else self.g.const(value)
             self._const_handles[key] = h
+            self._keyed[key] = value
             return h
         if _is_number(value) and ts_value is not None:
             dtype = self.g.computed(_ts_dtype(ts_value)) or (torch.float32 if isinstance(value, float)

@@ -99,3 +99,25 @@ def test_folded_uses_before_and_after_a_write_keep_their_values():
     m = UseWriteUse()
     assert_exports(m, (torch.randn(3, 4),))
     assert torch.equal(m.table, torch.arange(12.0).reshape(3, 4))
+
+
+def test_a_constant_is_never_taken_for_a_freed_tensor_with_the_same_id():
+    # the walker finds the graph constant of a torch tensor by id(); a freed temporary's id
+    # is reused by the next allocation, so GraniteMoeHybrid's conv weight once got the
+    # constant of a [2, 80, 4] cache tensor freed before it (an internal error, or a wrong
+    # weight). Keyed tensors are kept alive, and a key whose tensor is another one misses.
+    import weakref
+
+    from t2n.builder import Graph
+    from t2n.walker import Walker
+
+    w = Walker(Graph(), None, {})
+    first = torch.randn(2, 80, 4)
+    handle = w._tensor_arg(first, None)
+    alive = weakref.ref(first)
+    del first
+    assert alive() is not None  # its id cannot be handed to another tensor
+    other = torch.randn(80, 1, 4)
+    w._const_handles[id(other)] = handle  # as if `other` had been given the freed id
+    got = w._tensor_arg(other, None)
+    assert got is not handle and tuple(got.shape) == (80, 1, 4), got
