@@ -106,34 +106,25 @@ class ShallowText:
         body_args: list[str] = []
         call_args: list[str] = []
         hoisted = False
-        for i, a in enumerate(op.args):
-            text = format_value(a)
-            if _pure_literal_list(text):
-                key.append(("pos", text))
-                body_args.append(text)
-                hoisted = True
-                continue
-            kind = _param_type(a)
-            if kind is None:
-                return None
-            key.append(("pos", kind))
-            params.append(f"a{i}: {kind}")
-            body_args.append(f"a{i}")
-            call_args.append(text)
-        for k, v in explicit_attrs(op.kind, op.attrs).items():
+        # positional arguments (no name: parameters a0, a1...), then named ones
+        arguments = [(None, a) for a in op.args] + \
+            list(explicit_attrs(op.kind, op.attrs).items())
+        for i, (k, v) in enumerate(arguments):
             text = format_value(v)
+            spelled = text if k is None else f"{k} = {text}"
             if _pure_literal_list(text):
                 key.append((k, text))
-                body_args.append(f"{k} = {text}")
+                body_args.append(spelled)
                 hoisted = True
                 continue
             kind = _param_type(v)
-            if kind is None or re.match(r"a\d+$", k) or k == "output":
+            if kind is None or k is not None and (re.match(r"a\d+$", k) or k == "output"):
                 return None
+            param = f"a{i}" if k is None else k
             key.append((k, kind))
-            params.append(f"{k}: {kind}")
-            body_args.append(f"{k} = {k}")
-            call_args.append(f"{k} = {text}")
+            params.append(f"{param}: {kind}")
+            body_args.append(param if k is None else f"{k} = {k}")
+            call_args.append(spelled)
         if not hoisted:
             return None
         out = op.outputs[0]
