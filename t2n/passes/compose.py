@@ -252,7 +252,8 @@ def _gelu_tanh(index: Index, y: Op):
     """GELU's tanh form written out, as transformers' ``gelu_new``/``NewGELUActivation``:
     ``y = (x * a) * (tanh((x + pow(x, e) * c) * k) + d)`` with literal a, e, c, k, d
     (0.5, 3, 0.044715, sqrt(2/pi), 1): one ``t2n_gelu_tanh`` call with the literals as
-    arguments, so the body computes exactly what the ops did."""
+    arguments, so the body computes exactly what the ops did (``t2n_gelu_tanh3`` when the
+    power is the cube the pow mapping writes as products)."""
     if y.kind != "mul" or len(y.args) != 2:
         return None
     h = _made_single(index, y.args[0], "mul", y)
@@ -272,19 +273,39 @@ def _gelu_tanh(index: Index, y: Op):
     q = _made_single(index, s.args[1], "mul", s)
     if q is None or len(q.args) != 2 or not _literal_scalar(q.args[1]):
         return None
-    p = _made_single(index, q.args[0], "pow", q)
-    if p is None or len(p.args) != 2 or p.args[0] is not x or not _literal_scalar(p.args[1]):
+    power = _power_of(index, q.args[0], x, q)
+    if power is None:
         return None
     if not _f32(x, y.outputs[0]) or any(tuple(o.outputs[0].shape) != tuple(x.shape)
-                                        for o in (h, p, q, s, u, t, v, y)):
+                                        for o in (h, *power, q, s, u, t, v, y)):
         return None
-    frag = TextFragment("t2n_gelu_tanh", "x: tensor<scalar>, a: scalar, e: scalar, c: scalar, "
-                     "k: scalar, d: scalar", "y: tensor<scalar>", [
-                         "h = mul(x, a)", "p = pow(x, e)", "q = mul(p, c)", "s = add(x, q)",
+    p = power[-1]
+    cube = len(power) == 2  # the pow mapping writes x ** 3 as (x * x) * x
+    head = ["r = sqr(x)", "p = mul(r, x)"] if cube else ["p = pow(x, e)"]
+    name = "t2n_gelu_tanh3" if cube else "t2n_gelu_tanh"
+    frag = TextFragment(name, "x: tensor<scalar>, a: scalar, " + ("" if cube else "e: scalar, ")
+                        + "c: scalar, k: scalar, d: scalar", "y: tensor<scalar>", [
+                         "h = mul(x, a)", *head, "q = mul(p, c)", "s = add(x, q)",
                          "u = mul(s, k)", "t = tanh(u)", "v = add(t, d)", "y = mul(h, v)"])
-    lits = {n: scalar_const(o.args[1]) for n, o in
-            (("a", h), ("e", p), ("c", q), ("k", u), ("d", v))}
-    return frag, Op("t2n_gelu_tanh", [x], lits, [y.outputs[0]]), [h, p, q, s, u, t, v, y]
+    named = (("a", h), ("c", q), ("k", u), ("d", v)) + (() if cube else (("e", p),))
+    lits = {n: scalar_const(o.args[1]) for n, o in named}
+    return frag, Op(name, [x], lits, [y.outputs[0]]), [h, *power, q, s, u, t, v, y]
+
+
+def _power_of(index: Index, t, x, reader: Op) -> list[Op] | None:
+    """The ops making ``t`` as a literal power of ``x``, read only by ``reader``:
+    ``[pow(x, e)]``, or ``[sqr(x), mul(sqr, x)]`` (a cube, as the pow mapping writes it)."""
+    p = _made_single(index, t, "pow", reader)
+    if p is not None:
+        ok = len(p.args) == 2 and p.args[0] is x and _literal_scalar(p.args[1])
+        return [p] if ok else None
+    p = _made_single(index, t, "mul", reader)
+    if p is None or len(p.args) != 2 or p.args[1] is not x:
+        return None
+    r = _made_single(index, p.args[0], "sqr", p)
+    if r is None or len(r.args) != 1 or r.args[0] is not x:
+        return None
+    return [r, p]
 
 
 def _nan_minmax(index: Index, y: Op):
