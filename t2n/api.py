@@ -16,6 +16,7 @@ from .capture import capture, load_torchscript
 from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck, compare
 from .eager import torch_outputs
 from .errors import CheckFailedError, TractError, UsageError
+from .staging import staged
 from .targets import get_target
 from .walker import Walker
 
@@ -134,7 +135,8 @@ def _symbols_for(dynamic_axes, input_names, args) -> dict:
 # The options ``export`` reads itself; the passes declare theirs (t2n.passes).
 # progress: None (auto) | bool | callable; properties: {key: str | int | list} written as
 # the archive's tract_core_properties (metadata a runtime reads, e.g. t2n.llm's cache layout)
-_API_OPTIONS = frozenset({"progress", "quiet", "properties"})
+# keep_failed: a path the archive moves to when its check fails (t2n.staging)
+_API_OPTIONS = frozenset({"progress", "quiet", "properties", "keep_failed"})
 _KNOWN_OPTIONS = _API_OPTIONS | passes.options()
 
 
@@ -262,7 +264,10 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
 
     ``f`` ending in ``.tgz``/``.tar.gz`` gives a gzip tar, ``.tar`` a tar, anything else a
     directory. With ``check=True`` the archive is run in tract (in a child process) on
-    ``args`` and compared with PyTorch; a mismatch raises :class:`CheckFailedError`.
+    ``args`` and compared with PyTorch; a mismatch raises :class:`CheckFailedError`. The
+    archive reaches ``f`` only when the export succeeds, check included: after a failed
+    check or any error, ``f`` holds what it held before (:mod:`t2n.staging`); the option
+    ``keep_failed=PATH`` moves the archive of a failed check to PATH, for inspection.
 
     ``weights`` is how the model's float weights are stored (:mod:`t2n.weight_formats`):
 
@@ -270,10 +275,10 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     * ``"f16"``: float32/float64 weights stored as float16 (about half the archive), each
       cast back after loading, so the graph computes in the model's own dtype;
     * ``"q4_0"``: weights of linear layers, matrix products with constant weights,
-      convolution filters (rows of ``C_in/groups * kernel``) and embedding tables stored in tract's Q4_0 blocks (32 values along the reduced axis,
-      4 bits each plus an f16 scale: 0.14x of float32), used by tract's matmul and gather
-      directly. Weights whose reduced axis is not a multiple of 32, and all others, stay
-      as held.
+      convolution filters (rows of ``C_in/groups * kernel``) and embedding tables stored
+      in tract's Q4_0 blocks (32 values along the reduced axis, 4 bits each plus an f16
+      scale: 0.14x of float32), used by tract's matmul and gather directly. Weights whose
+      reduced axis is not a multiple of 32, and all others, stay as held.
 
     The report (and ``ExportResult.extras["weights"]``) lists what was compressed. With a
     compressed format, ``check=True`` compares tract with PyTorch run on a copy of the
@@ -333,60 +338,62 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     from .progress import Bar, for_export
     from .writer import write
 
-    bar = for_export(options.get("progress"), quiet=bool(options.get("quiet")), started=t0)
-    try:
-        size = write(g, f, progress=bar, target=tgt)
-    finally:
-        if isinstance(bar, Bar):
-            bar.close()
-    result = ExportResult(
-        path=f,
-        inputs=[TensorInfo(t.name, list(t.shape), dtypes.tract_name(t.dtype)) for t in inputs],
-        outputs=[TensorInfo(n, list(t.shape), dtypes.tract_name(t.dtype))
-                 for n, t in zip(out_names, handles)],
-        op_histogram=g.op_histogram(), archive_bytes=size,
-        export_seconds=time.perf_counter() - t0,
-        warnings=list(g.warnings) + [f"tracer: {w.splitlines()[0]}" for w in
-                                     built.tracer_warnings],
-        extras=dict(g.__dict__.get("extras", {})))
-    if g.storage:
-        from .weight_check import rounded_copy
-
-        result._rounded = lambda: rounded_copy(model, g)
-    else:
-        result._rounded = model
-    for w in g.warnings:
-        warnings.warn(w, stacklevel=2)
-    caller = _caller(model, binding)
-    if g.streaming is not None:
-        reference = caller
-        if check and g.storage:  # compressed weights: the stream runs on the rounded ones
+    # written and checked beside f, moved to f only when the check passes
+    with staged(f, options.get("keep_failed")) as work:
+        bar = for_export(options.get("progress"), quiet=bool(options.get("quiet")), started=t0)
+        try:
+            size = write(g, work, progress=bar, target=tgt)
+        finally:
+            if isinstance(bar, Bar):
+                bar.close()
+        result = ExportResult(
+            path=f,
+            inputs=[TensorInfo(t.name, list(t.shape), dtypes.tract_name(t.dtype)) for t in inputs],
+            outputs=[TensorInfo(n, list(t.shape), dtypes.tract_name(t.dtype))
+                     for n, t in zip(out_names, handles)],
+            op_histogram=g.op_histogram(), archive_bytes=size,
+            export_seconds=time.perf_counter() - t0,
+            warnings=list(g.warnings) + [f"tracer: {w.splitlines()[0]}" for w in
+                                         built.tracer_warnings],
+            extras=dict(g.__dict__.get("extras", {})))
+        if g.storage:
             from .weight_check import rounded_copy
 
-            reference = rounded_copy(caller, g)
-        result.stream = _stream.pulse_and_check(
-            f, g, g.streaming, model=reference, args=args, axes=built.stream_axes,
-            out_names=out_names, check=check, rtol=rtol, atol=atol, run_torch=torch_outputs)
-    if check and g.storage:  # compressed weights: compare on the same rounded weights
-        from .weight_check import check_compressed, cost_lines
+            result._rounded = lambda: rounded_copy(model, g)
+        else:
+            result._rounded = model
+        for w in g.warnings:
+            warnings.warn(w, stacklevel=2)
+        caller = _caller(model, binding)
+        if g.streaming is not None:
+            reference = caller
+            if check and g.storage:  # compressed weights: the stream runs on the rounded ones
+                from .weight_check import rounded_copy
 
-        result.checks, cost = check_compressed(f, caller, g, args, out_names, rtol, atol)
-        result.extras["weights_error"] = {c.name: {"max_abs_err": c.max_abs_err,
-                                                   "max_rel_err": c.max_rel_err} for c in cost}
-        result.extras.setdefault("report_lines", []).extend(cost_lines(cost))
-    elif check:
-        reference = model if bf16_as is None else compute_dtype.reference_model(model, bf16_as)
-        result.checks = check_archive(f, reference, compute_dtype.converted_inputs(args, bf16_as),
-                                      out_names, rtol=rtol, atol=atol,
-                                      target=tgt.name, input_names=binding.names,
-                                      atol_for=quantization_steps(g, out_names, handles))
-    if check:
-        result.extras["checked_with"] = tgt.checker
-    if check and not result.passed:
-        bad = [c for c in result.checks + (result.stream.checks if result.stream else [])
-               if not c.ok]
-        raise CheckFailedError(f"{tgt.checker}'s outputs differ from PyTorch's:\n" + "\n".join(
-            "  " + c.line() for c in bad), report=result)
+                reference = rounded_copy(caller, g)
+            result.stream = _stream.pulse_and_check(
+                work, g, g.streaming, model=reference, args=args, axes=built.stream_axes,
+                out_names=out_names, check=check, rtol=rtol, atol=atol, run_torch=torch_outputs)
+        if check and g.storage:  # compressed weights: compare on the same rounded weights
+            from .weight_check import check_compressed, cost_lines
+
+            result.checks, cost = check_compressed(work, caller, g, args, out_names, rtol, atol)
+            result.extras["weights_error"] = {c.name: {"max_abs_err": c.max_abs_err,
+                                                       "max_rel_err": c.max_rel_err} for c in cost}
+            result.extras.setdefault("report_lines", []).extend(cost_lines(cost))
+        elif check:
+            reference = model if bf16_as is None else compute_dtype.reference_model(model, bf16_as)
+            result.checks = check_archive(
+                work, reference, compute_dtype.converted_inputs(args, bf16_as), out_names,
+                rtol=rtol, atol=atol, target=tgt.name, input_names=binding.names,
+                atol_for=quantization_steps(g, out_names, handles))
+        if check:
+            result.extras["checked_with"] = tgt.checker
+        if check and not result.passed:
+            bad = [c for c in result.checks + (result.stream.checks if result.stream else [])
+                   if not c.ok]
+            raise CheckFailedError(f"{tgt.checker}'s outputs differ from PyTorch's:\n" + "\n".join(
+                "  " + c.line() for c in bad), report=result)
     return result
 
 

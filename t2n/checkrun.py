@@ -63,6 +63,8 @@ def run_entry(entry, work: str, out_dir: str, trust_pickle: bool = False) -> Ent
     data = entry.to_json()
     data["trust_pickle"] = bool(data.get("trust_pickle") or trust_pickle)
     data["out"] = os.path.join(out_dir, f"{safe}.nnef.tar")
+    if out_dir != work:  # --keep: a failing archive is kept too, under its own name
+        data["keep_failed"] = os.path.join(out_dir, f"{safe}.failed.nnef.tar")
     with open(spec_path, "w") as f:
         json.dump(data, f)
     env = dict(os.environ)
@@ -205,6 +207,8 @@ def _child(spec_path: str, result_path: str) -> int:
             if isinstance(exc, T2NError):
                 result["status"] = "fail" if exc.exit_code == 1 else "error"
                 result["message"] = str(exc)
+                if getattr(exc, "kept_archive", None):
+                    result["message"] += f"\n(archive kept in {exc.kept_archive})"
                 report = getattr(exc, "report", None)
                 if report is not None:
                     from .jsonreport import result_dict
@@ -256,7 +260,8 @@ def _convert(e: dict) -> dict:
                                                           for i in range(len(args))])
     stream = {"streaming": e["stream"], "pulse": e.get("pulse")} if e.get("stream") else {}
     r = export(module, args, e["out"], input_names=names, output_names=e["output_names"],
-               dynamic_axes=dyn, check=True, rtol=e["rtol"], atol=e["atol"], **stream)
+               dynamic_axes=dyn, check=True, rtol=e["rtol"], atol=e["atol"], **stream,
+               **({"keep_failed": e["keep_failed"]} if e.get("keep_failed") else {}))
     return {"status": "pass", "message": "", "export": result_dict(r)}
 
 

@@ -10,6 +10,9 @@ Exit codes (the same for every subcommand):
 - 3: internal error in t2n itself (a bug: rerun with ``--debug`` for the traceback)
 - 130: interrupted (Ctrl-C); no partial output is left behind
 
+The archive reaches OUT only when the export succeeds, its check included: after a failed
+check or an error OUT keeps what it held before.
+
 Errors are printed as one ``t2n: error: ...`` line on stderr (a list of unsupported ops
 adds one indented line per op), never as a Python traceback unless ``--debug`` is given.
 """
@@ -69,7 +72,8 @@ class _T2NGroup(click.Group):
             if _STATE["debug"]:
                 traceback.print_exc()
             prefix = "check failed" if e.exit_code == EXIT_CHECK_FAILED else "error"
-            _print_error(prefix, str(e))
+            kept = getattr(e, "kept_archive", None)
+            _print_error(prefix, str(e) + (f" (the archive is kept at {kept})" if kept else ""))
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             _err("t2n: interrupted; nothing was written")
@@ -118,7 +122,10 @@ def cli(debug: bool):
               help="One model input, in order: e.g. x:1x3x224x224:f32 or ids:2x16:i64 "
                    "(repeat for each input; DIMS 'scalar' for rank 0).")
 @click.option("--check", is_flag=True,
-              help="Run the archive in tract and compare with PyTorch (exit 1 on mismatch).")
+              help="Run the archive in tract and compare with PyTorch (exit 1 on mismatch; "
+                   "OUT is then not written).")
+@click.option("--keep-failed", "keep_failed", metavar="PATH", default=None,
+              help="With --check: move the archive of a failed check to PATH, for inspection.")
 @click.option("--dynamic", multiple=True, metavar="NAME:AXIS=SYM",
               help="Make an input axis a symbol, e.g. x:0=B (repeatable).")
 @click.option("--stream", "stream", metavar="SYM", default=None,
@@ -163,9 +170,9 @@ def cli(debug: bool):
                    "flow is an error instead of being frozen).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def export_cmd(model, output, inputs, check, dynamic, stream, pulse, output_names, int_range,
-               seed, rtol, atol, trust_pickle, compact, weights, compute, target, capture,
-               quiet, as_json):
+def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse, output_names,
+               int_range, seed, rtol, atol, trust_pickle, compact, weights, compute, target,
+               capture, quiet, as_json):
     """Export MODEL to an NNEF archive that tract runs.
 
     MODEL is a TorchScript file saved with torch.jit.save, or package.module:callable
@@ -213,6 +220,7 @@ def export_cmd(model, output, inputs, check, dynamic, stream, pulse, output_name
                         check=check, rtol=rtol, atol=atol, quiet=quiet, as_json=as_json,
                         compact=compact, weights=weights, target=target, capture=capture,
                         **({"dtype": compute} if compute is not None else {}),
+                        **({"keep_failed": keep_failed} if keep_failed else {}),
                         **({"streaming": stream, "pulse": pulse}
                            if stream is not None or pulse is not None else {}))
     return EXIT_OK if result is not None else EXIT_CHECK_FAILED
@@ -240,7 +248,9 @@ def run_export(module, args, output, *, quiet=False, as_json=False, **kwargs):
     elif not quiet or failure is not None:
         click.echo(result.report())
     if failure is not None:
-        _err("t2n: check failed: tract's outputs differ from PyTorch's (see the report above)")
+        kept = getattr(failure, "kept_archive", None)
+        _err("t2n: check failed: tract's outputs differ from PyTorch's (see the report above); "
+             f"{output} was not written" + (f", the archive is kept at {kept}" if kept else ""))
         return None
     return result
 
@@ -347,7 +357,8 @@ def llm_cmd(model, output, weights, check, max_length, prompt, quiet, as_json):
     elif not quiet or failure is not None:
         click.echo(result.report())
     if failure is not None:
-        _err("t2n: check failed: tract's tokens differ from transformers' (see the report)")
+        _err("t2n: check failed: tract's tokens differ from transformers' (see the report); "
+             f"{output} was not written")
         return EXIT_CHECK_FAILED
     return EXIT_OK
 
@@ -380,7 +391,8 @@ def ops_cmd(as_json):
 @click.option("--json", "json_path", metavar="FILE", help="Write a JSON report.")
 @click.option("--only", multiple=True, metavar="NAME", help="Check only these models.")
 @click.option("--keep", "keep_dir", metavar="DIR",
-              help="Keep the exported archives in DIR (default: a temporary directory).")
+              help="Keep the exported archives in DIR (default: a temporary directory); "
+                   "a failing model's as NAME.failed.nnef.tar.")
 @click.option("--trust-pickle", is_flag=True,
               help="Allow pickled nn.Module files (runs code from them).")
 def check_cmd(manifest, jobs, junit_path, json_path, only, keep_dir, trust_pickle):

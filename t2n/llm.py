@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .errors import CheckFailedError, ModelLoadError, T2NError, TractError, UsageError
+from .staging import staged
 
 DEFAULT_NEW_TOKENS = 16
 PROMPT_LENGTH = 8
@@ -383,33 +384,36 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     ins, outs = io_names(len(layers))
     dyn = {"input_ids": {1: "S"}}
     dyn.update({n: {2: "P"} for n in ins[1:]})
-    step = CausalLMStep(model, len(layers))
-    with warnings.catch_warnings():
-        # transformers' notices about its own API (deprecated attributes read while tracing)
-        warnings.simplefilter("ignore", FutureWarning)
-        result = export(step, args, f, input_names=ins, output_names=outs, dynamic_axes=dyn,
-                        properties=_properties(model, layers, vocab, weights), quiet=quiet,
-                        progress=progress, weights=weights)
-    # transformers compares sizes in Python per layer (q_length > 1, ...): one line each
-    result.warnings = list(dict.fromkeys(result.warnings))
-    res = LLMExportResult(result, layers, vocab, weights)
-    if check:
-        res.prompt = prompt or default_prompt(vocab)
-        if weights == "f32":
-            res.reference_tokens = reference_tokens(model, res.prompt, max_new_tokens)
-        else:  # the reference computes with the weights the archive stores
-            rounded = result.rounded_model().model
-            res.reference_tokens = reference_tokens(rounded, res.prompt, max_new_tokens)
-            del rounded
-            res.generation["original_tokens"] = reference_tokens(model, res.prompt,
-                                                                 max_new_tokens)
-        res.generation.update(generate_in_tract(f, res.prompt, max_new_tokens,
-                                                timeout=timeout))
-        res.tract_tokens = res.generation["tokens"]
-        if not res.passed:
-            raise CheckFailedError("tract's greedy tokens differ from transformers' generate:\n"
-                                   f"  transformers: {res.reference_tokens}\n"
-                                   f"  tract:        {res.tract_tokens}", report=res)
+    # the archive reaches f only when the token check passes (t2n.staging)
+    with staged(f) as work:
+        step = CausalLMStep(model, len(layers))
+        with warnings.catch_warnings():
+            # transformers' notices about its own API (deprecated attributes read while tracing)
+            warnings.simplefilter("ignore", FutureWarning)
+            result = export(step, args, work, input_names=ins, output_names=outs, dynamic_axes=dyn,
+                            properties=_properties(model, layers, vocab, weights), quiet=quiet,
+                            progress=progress, weights=weights)
+        result.path = f  # where it will be; its tokens are generated from work
+        # transformers compares sizes in Python per layer (q_length > 1, ...): one line each
+        result.warnings = list(dict.fromkeys(result.warnings))
+        res = LLMExportResult(result, layers, vocab, weights)
+        if check:
+            res.prompt = prompt or default_prompt(vocab)
+            if weights == "f32":
+                res.reference_tokens = reference_tokens(model, res.prompt, max_new_tokens)
+            else:  # the reference computes with the weights the archive stores
+                rounded = result.rounded_model().model
+                res.reference_tokens = reference_tokens(rounded, res.prompt, max_new_tokens)
+                del rounded
+                res.generation["original_tokens"] = reference_tokens(model, res.prompt,
+                                                                     max_new_tokens)
+            res.generation.update(generate_in_tract(work, res.prompt, max_new_tokens,
+                                                    timeout=timeout))
+            res.tract_tokens = res.generation["tokens"]
+            if not res.passed:
+                raise CheckFailedError("tract's greedy tokens differ from transformers' generate:\n"
+                                       f"  transformers: {res.reference_tokens}\n"
+                                       f"  tract:        {res.tract_tokens}", report=res)
     return res
 
 

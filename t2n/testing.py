@@ -62,14 +62,19 @@ def assert_exports(model, args, *, rtol: float = DEFAULT_RTOL, atol: float = DEF
     with tempfile.TemporaryDirectory(prefix="t2n-test-") as d:
         path = os.path.join(d, filename)
         shapes = [tuple(a.shape) for a in _as_args(args)]
+        keep = os.environ.get("T2N_KEEP_FAILED")
+        if keep and "keep_failed" not in export_kwargs:  # a failed check's archive
+            os.makedirs(keep, exist_ok=True)
+            export_kwargs = dict(export_kwargs, keep_failed=os.path.join(
+                tempfile.mkdtemp(prefix="failed-", dir=keep), filename))
         try:
             result = export(model, args, path, check=True, rtol=rtol, atol=atol,
                             **export_kwargs)
         except CheckFailedError as e:
             raise AssertionError(f"{what}: tract differs from torch on the export inputs "
-                                 f"(shapes {shapes}){_kept(path)}:\n{e}") from None
+                                 f"(shapes {shapes}){_where(e)}:\n{e}") from None
         except TractError as e:
-            raise AssertionError(f"{what}: tract failed on the export{_kept(path)}: {e}") \
+            raise AssertionError(f"{what}: tract failed on the export{_where(e)}: {e}") \
                 from None
         names = [o.name for o in result.outputs]
         input_names = [i.name for i in result.inputs] if (
@@ -89,6 +94,12 @@ def assert_exports(model, args, *, rtol: float = DEFAULT_RTOL, atol: float = DEF
                                      f"{_kept(path)}:\n" +
                                      "\n".join("  " + c.line() for c in checks))
         return result
+
+
+def _where(error) -> str:
+    """Where export moved the archive of a failed check (``keep_failed``), if it did."""
+    kept = getattr(error, "kept_archive", None)
+    return f" [archive kept in {kept}]" if kept else ""
 
 
 def _kept(path: str) -> str:

@@ -191,3 +191,29 @@ def test_example_manifest_over_the_fixtures(tmp_path):
     suite = ET.parse(junit).getroot().find("testsuite")
     assert int(suite.get("tests")) >= 3
     assert suite.get("failures") == "0" and suite.get("errors") == "0"
+
+
+def test_keep_holds_a_failing_archive_under_its_own_name(tmp_path):
+    # tract's tanh differs from PyTorch's in the last place: at zero tolerance the check
+    # fails for real (in the child), and --keep keeps that archive apart from passing ones
+    (tmp_path / "tanh_model.py").write_text(textwrap.dedent("""
+        import torch
+
+        def build():
+            return torch.nn.Tanh(), (torch.linspace(-4, 4, 4001).reshape(1, -1),)
+    """))
+    manifest = write_manifest(tmp_path, """
+        [[model]]
+        name = "tanh"
+        model = "tanh_model:build"
+        rtol = 0.0
+        atol = 0.0
+    """)
+    manifest.write_text(manifest.read_text().replace(f'["{HERE}"]', f'["{HERE}", "{tmp_path}"]'))
+    keep = tmp_path / "kept"
+    keep.mkdir()
+    r = run_cli("check", manifest, "--keep", keep)
+    assert r.exit_code == 1, r.output
+    assert r.stdout.splitlines()[-1] == "0 passed, 1 failed, 0 errors", r.output
+    assert "MISMATCH" in r.stdout and "archive kept in" in r.stdout, r.output
+    assert sorted(p.name for p in keep.iterdir()) == ["tanh.failed.nnef.tar"], r.output

@@ -126,6 +126,30 @@ def test_failed_check_exits_1_with_figures(tmp_path, monkeypatch):
     assert "output_0: MISMATCH max_abs_err=0.5" in r.stdout
 
 
+def test_failed_check_leaves_the_output_path_as_it_was(tmp_path, monkeypatch):
+    # a build step that ships whatever sits at OUT must not find a wrong archive there
+    import t2n.tract_runner as tr
+
+    fresh, kept = tmp_path / "new.nnef.tar", tmp_path / "kept.tgz"
+    ok = run_cli("export", "cli_models:make_mlp", "-o", kept, "--input", "x:3x8:f32")
+    assert ok.exit_code == 0, ok.output
+    before = kept.read_bytes()
+    real = tr.run_in_tract
+    monkeypatch.setattr(tr, "run_in_tract", lambda *a, **k: [o + 0.5 for o in real(*a, **k)])
+    for out in (fresh, kept):
+        r = run_cli("export", "cli_models:make_mlp", "-o", out, "--input", "x:3x8:f32",
+                    "--check")
+        assert r.exit_code == 1 and f"{out} was not written" in r.stderr, r.output
+    assert not fresh.exists() and kept.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.tgz"]  # no staging left
+    # --keep-failed moves the rejected archive where the user asked, still loadable
+    aside = tmp_path / "debug" / "rejected.nnef.tar"
+    r = run_cli("export", "cli_models:make_mlp", "-o", fresh, "--input", "x:3x8:f32",
+                "--check", "--keep-failed", aside)
+    assert r.exit_code == 1 and f"the archive is kept at {aside}" in r.stderr, r.output
+    assert not fresh.exists() and tarfile.is_tarfile(aside)
+
+
 def test_tract_refusal_is_a_failed_check(tmp_path, monkeypatch):
     import t2n.tract_runner as tr
 

@@ -152,6 +152,7 @@ def test_token_mismatch_fails_the_check(tmp_path, monkeypatch):
         llm.export_llm(_saved("qwen3", tmp_path), tmp_path / "m.nnef.tgz", check=True,
                        max_new_tokens=4, quiet=True)
     assert e.value.report.passed is False
+    assert not (tmp_path / "m.nnef.tgz").exists()  # an archive that failed is not shipped
 
 
 def test_user_model_is_left_as_it_was(tmp_path):
