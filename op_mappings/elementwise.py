@@ -165,9 +165,9 @@ def pow_(g, self, exponent):
         return g.unary("sqr", x)
     if exponent in (3, -2) and dtype in (torch.float32, torch.float64):
         # PyTorch's CPU kernel computes these two as products, (x * x) * x and
-        # 1 / (x * x), so the products are its numbers; tract would run pow(x, 3.0) as
-        # a per-element powf, six times slower than the products (GPT-2's
-        # NewGELUActivation spends a fifth of the model's run time in it)
+        # 1 / (x * x), so the products are its numbers (and -0.5 as 1 / sqrt(x), below);
+        # tract would run pow(x, 3.0) as a per-element powf, six times slower than the
+        # products (GPT-2's NewGELUActivation spends a fifth of the model's run time in it)
         square = g.unary("sqr", x)
         return g.binary("mul", square, x, dtype) if exponent == 3 else g.unary("recip", square)
     if exponent == 1:
@@ -176,6 +176,8 @@ def pow_(g, self, exponent):
         return g.unary("sqrt", x)
     if exponent == -1 and dtype.is_floating_point:
         return g.unary("recip", x)
+    if exponent == -0.5 and dtype in (torch.float32, torch.float64):
+        return g.unary("rsqrt", x)  # PyTorch's 1 / sqrt(x), as tract computes it
     if not dtype.is_floating_point:
         if isinstance(exponent, int) and 0 <= exponent <= 64:
             return int_power(g, x, exponent)
