@@ -1,7 +1,8 @@
 """t2n's archive against the torch.onnx -> tract ONNX route, side by side on real models.
 
     python -m bench.route_bench [--models resnet18,vit_tiny] [--repeat 7] [--runs 20]
-                                [--container tar|tgz|dir] [--keep DIR] [--dump]
+                                [--seconds 1.0] [--container tar|tgz|dir] [--keep DIR]
+                                [--dump] [--reuse] [--json FILE]
 
 For each model of a fixed set (torchvision, timm and transformers models built from their
 constructors with random weights, no download), a child process exports
@@ -16,7 +17,8 @@ against the ONNX file's nodes, and both after tract's optimiser), load time
 (load + ``into_runnable``, median of ``--repeat``, with the loaders made once per process;
 the summary adds the ratio of the loads' CPU time, which waits for other processes on a
 loaded machine do not inflate)
-and run time (median of ``--runs`` alternating runs; the best run too), with the ratios
+and run time (median of alternating runs, at least ``--runs`` of them and at least
+``--seconds`` per route; the best run too), with the ratios
 t2n / ONNX. The summary gives the geometric means and
 the worst model of each ratio. A model one route of which tract cannot load (tract's ONNX
 declutter fails on LeViT) is printed with tract's error and the other route's figures, and
@@ -235,12 +237,20 @@ def _measure(job: dict) -> dict:
         got = r.run(inputs)[0].to_numpy()
         out[f"{k}_err"] = float(np.max(np.abs(got - ref))) if got.shape == ref.shape else None
         r.run(inputs)  # warm-up
-    for i in range(job["runs"]):
+    # at least --runs alternating runs, and more until each route has run --seconds: a
+    # model that runs in 2 ms gets hundreds of runs, so one slow run (another process, a
+    # page fault) moves its median less
+    i = 0
+    while routes and (i < job["runs"] or min(sum(v) for v in runs.values()) < job["seconds"]):
         order = list(routes) if i % 2 == 0 else list(routes)[::-1]
         for k in order:
             t0 = time.perf_counter()
             runnables[k].run(inputs)
             runs[k].append(time.perf_counter() - t0)
+        i += 1
+        if i >= 5000:
+            break
+    out["runs"] = i
     for k in routes:
         out[f"{k}_load_s"] = statistics.median(loads[k])
         out[f"{k}_run_s"] = statistics.median(runs[k])
@@ -277,7 +287,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
     ap.add_argument("--repeat", type=int, default=5, help="loads per route")
-    ap.add_argument("--runs", type=int, default=20, help="timed runs per route")
+    ap.add_argument("--runs", type=int, default=20, help="timed runs per route, at least")
+    ap.add_argument("--seconds", type=float, default=1.0,
+                    help="run each route for at least this long (more runs for fast models)")
     ap.add_argument("--container", choices=("tar", "tgz", "dir"), default="tar")
     ap.add_argument("--keep", help="folder for the archives (kept); default a temporary one")
     ap.add_argument("--reuse", action="store_true", help="reuse archives found in --keep")
@@ -304,7 +316,7 @@ def main(argv=None) -> int:
                "onnx": os.path.join(folder, name + ".onnx"),
                "inputs": os.path.join(folder, name + ".inputs.npz"),
                "ref": os.path.join(folder, name + ".ref.npy"),
-               "repeat": a.repeat, "runs": a.runs, "dump": a.dump}
+               "repeat": a.repeat, "runs": a.runs, "seconds": a.seconds, "dump": a.dump}
         meta_path = os.path.join(folder, name + ".export.json")
         if a.reuse and os.path.exists(meta_path) and os.path.exists(job["t2n"]):
             ex = json.load(open(meta_path))
