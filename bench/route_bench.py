@@ -2,7 +2,7 @@
 
     python -m bench.route_bench [--models resnet18,vit_tiny] [--repeat 7] [--runs 20]
                                 [--seconds 1.0] [--container tar|tgz|dir] [--keep DIR]
-                                [--dump] [--reuse] [--json FILE]
+                                [--profile] [--dump] [--reuse] [--json FILE]
 
 For each model of a fixed set (torchvision, timm and transformers models built from their
 constructors with random weights, no download), a child process exports
@@ -23,6 +23,9 @@ t2n / ONNX. The summary gives the geometric means and
 the worst model of each ratio. A model one route of which tract cannot load (tract's ONNX
 declutter fails on LeViT) is printed with tract's error and the other route's figures, and
 left out of the ratios (its op counts still count).
+
+``--profile`` prints under each model the op kinds tract's optimised models spend the most
+time in (nodes and ms per run, from ``profile_json``), for both routes side by side.
 
 ``--dump`` writes, beside the archives (``--keep DIR``), what tract's optimiser made of each
 route: one line per node of the optimised model with its op (``profile_json``), so the two can
@@ -190,6 +193,17 @@ def _optimised_nodes(runnable, inputs) -> list[str]:
     return ops
 
 
+def _time_per_op_kind(runnable, inputs, runs: int = 5) -> dict[str, list]:
+    """{op kind: [nodes, seconds per run]} of tract's optimised model, from its profile."""
+    kinds: dict[str, list] = {}
+    for i in range(runs):
+        for n in json.loads(runnable.profile_json(inputs)).get("nodes", []):
+            entry = kinds.setdefault(str(n.get("op_name", "?")), [0, 0.0])
+            entry[0] += i == 0
+            entry[1] += float(n.get("secs_per_iter", 0.0)) / runs
+    return kinds
+
+
 def _measure(job: dict) -> dict:
     """One process, both routes, alternating: load (+ into_runnable) and run times."""
     import numpy as np
@@ -263,6 +277,8 @@ def _measure(job: dict) -> dict:
             if job.get("dump"):
                 with open(job[k] + ".optimised.txt", "w") as f:
                     f.write("\n".join(nodes) + "\n")
+            if job.get("profile"):
+                out[f"{k}_profile"] = _time_per_op_kind(runnables[k], inputs)
         except Exception as e:  # profile is a diagnostic only
             out[f"{k}_opt_nodes"] = None
             out[f"{k}_profile_error"] = str(e)[:200]
@@ -274,6 +290,16 @@ def _profile_nodes_check(job):  # pragma: no cover - debugging aid
 
 
 # ------------------------------------------------------------------------------ parent
+def _print_profile(t2n: dict, onnx: dict, top: int = 8) -> None:
+    """The op kinds taking the most time on either route: nodes and ms per run, side by side."""
+    kinds = sorted(set(t2n) | set(onnx),
+                   key=lambda o: -max(t2n.get(o, [0, 0])[1], onnx.get(o, [0, 0])[1]))
+    for o in kinds[:top]:
+        (na, ta), (nb, tb) = t2n.get(o, [0, 0.0]), onnx.get(o, [0, 0.0])
+        print(f"    {o[:34]:34} t2n {na:4d} nodes {1e3 * ta:7.2f} ms   "
+              f"onnx {nb:4d} nodes {1e3 * tb:7.2f} ms", flush=True)
+
+
 def _ratio(a, b):
     return None if not a or not b else a / b
 
@@ -293,6 +319,8 @@ def main(argv=None) -> int:
     ap.add_argument("--container", choices=("tar", "tgz", "dir"), default="tar")
     ap.add_argument("--keep", help="folder for the archives (kept); default a temporary one")
     ap.add_argument("--reuse", action="store_true", help="reuse archives found in --keep")
+    ap.add_argument("--profile", action="store_true",
+                    help="print, per model, tract's time per op kind on both routes")
     ap.add_argument("--dump", action="store_true",
                     help="write each route's optimised node list beside its archive")
     ap.add_argument("--json", help="write the per-model figures to this file")
@@ -316,7 +344,8 @@ def main(argv=None) -> int:
                "onnx": os.path.join(folder, name + ".onnx"),
                "inputs": os.path.join(folder, name + ".inputs.npz"),
                "ref": os.path.join(folder, name + ".ref.npy"),
-               "repeat": a.repeat, "runs": a.runs, "seconds": a.seconds, "dump": a.dump}
+               "repeat": a.repeat, "runs": a.runs, "seconds": a.seconds, "dump": a.dump,
+               "profile": a.profile}
         meta_path = os.path.join(folder, name + ".export.json")
         if a.reuse and os.path.exists(meta_path) and os.path.exists(job["t2n"]):
             ex = json.load(open(meta_path))
@@ -354,6 +383,8 @@ def main(argv=None) -> int:
               f"{r['load_ratio']:5.2f} {1e3 * r['t2n_run_s']:10.2f} "
               f"{1e3 * r['onnx_run_s']:7.2f} {r['run_ratio']:5.2f}  "
               f"{err(r['t2n_err'])} / {err(r['onnx_err'])}", flush=True)
+        if a.profile and "t2n_profile" in r and "onnx_profile" in r:
+            _print_profile(r["t2n_profile"], r["onnx_profile"])
     ok = {k: r for k, r in rows.items() if "run_ratio" in r}
     if ok:
         print()
