@@ -14,7 +14,8 @@ constructors with random weights, no download), a child process exports
 then ONE tract process loads and runs the two alternately (so that load from other
 processes on the machine hits both alike) and prints, per model: op count (t2n's NNEF ops
 against the ONNX file's nodes, and both after tract's optimiser), load time
-(load + ``into_runnable``, median of ``--repeat``, with the loaders made once per process;
+(load + ``into_runnable``, median of at least ``--repeat`` loads and at least ``--seconds``
+of them per route, with the loaders made once per process;
 the summary adds the ratio of the loads' CPU time, which waits for other processes on a
 loaded machine do not inflate)
 and run time (median of alternating runs, at least ``--runs`` of them and at least
@@ -240,13 +241,16 @@ def _measure(job: dict) -> dict:
     load_cpu = {k: [] for k in routes}  # CPU time: what the load costs, without the waits
     runs = {k: [] for k in routes}
     runnables = {}
-    for i in range(job["repeat"]):
+    i = 0  # --repeat loads at least, and more (up to 50) until each route loaded --seconds
+    while routes and (i < job["repeat"]
+                      or (min(sum(v) for v in loads.values()) < job["seconds"] and i < 50)):
         order = list(routes) if i % 2 == 0 else list(routes)[::-1]
         for k in order:
             t0, c0 = time.perf_counter(), time.process_time()
             runnables[k] = routes[k]()
             loads[k].append(time.perf_counter() - t0)
             load_cpu[k].append(time.process_time() - c0)
+        i += 1
     for k, r in runnables.items():
         got = r.run(inputs)[0].to_numpy()
         out[f"{k}_err"] = float(np.max(np.abs(got - ref))) if got.shape == ref.shape else None
@@ -312,10 +316,11 @@ def _geomean(xs):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
-    ap.add_argument("--repeat", type=int, default=5, help="loads per route")
+    ap.add_argument("--repeat", type=int, default=5, help="loads per route, at least")
     ap.add_argument("--runs", type=int, default=20, help="timed runs per route, at least")
     ap.add_argument("--seconds", type=float, default=1.0,
-                    help="run each route for at least this long (more runs for fast models)")
+                    help="load and run each route for at least this long (more loads and "
+                         "runs for small models)")
     ap.add_argument("--container", choices=("tar", "tgz", "dir"), default="tar")
     ap.add_argument("--keep", help="folder for the archives (kept); default a temporary one")
     ap.add_argument("--reuse", action="store_true", help="reuse archives found in --keep")
