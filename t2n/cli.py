@@ -155,8 +155,9 @@ def cli(debug: bool):
               show_default=True,
               help="How float weights are stored: as held (f32), float16 (f16, half the "
                    "size), or tract's 4-bit Q4_0 blocks for linear/matmul weights, "
-                   "convolution filters and embedding tables (q4_0). --check then compares with PyTorch on the same "
-                   "rounded weights and reports the error against the original model.")
+                   "convolution filters and embedding tables (q4_0). --check then compares "
+                   "with PyTorch on the same rounded weights and reports the error against "
+                   "the original model.")
 @click.option("--dtype", "compute", type=click.Choice(["f32", "f16"]), default=None,
               help="What a bfloat16 model computes in (tract has no bf16): float32 (f32, "
                    "exact bf16 values) or float16 (f16). Required for bf16 models.")
@@ -317,7 +318,10 @@ def inspect_cmd(archive, assignments, no_macs, as_json):
               show_default=True, help="How the archive stores the weights.")
 @click.option("--check", is_flag=True,
               help="Generate greedily in tract and require transformers' generate() tokens "
-                   "(exit 1 otherwise); prints tract's decode tokens/s.")
+                   "(exit 1 otherwise; OUT is then not written); prints tract's decode "
+                   "tokens/s.")
+@click.option("--keep-failed", "keep_failed", metavar="PATH", default=None,
+              help="With --check: move the archive of a failed check to PATH, for inspection.")
 @click.option("--max-length", "max_length", default=16, show_default=True,
               type=click.IntRange(1, None), metavar="N", help="New tokens --check generates.")
 @click.option("--prompt", metavar="IDS",
@@ -325,7 +329,7 @@ def inspect_cmd(archive, assignments, no_macs, as_json):
                    "8-token prompt).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def llm_cmd(model, output, weights, check, max_length, prompt, quiet, as_json):
+def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, quiet, as_json):
     """Export a causal language model to ONE archive for prefill and decoding.
 
     MODEL is a directory written by transformers' save_pretrained (config and weights; read
@@ -350,15 +354,16 @@ def llm_cmd(model, output, weights, check, max_length, prompt, quiet, as_json):
             raise UsageError(f"--prompt {prompt!r}: give comma-separated token ids") from None
     result, failure = _run_reporting_warnings(lambda: llm.export_llm(
         model, output, weights=weights, check=check, max_new_tokens=max_length, prompt=ids,
-        quiet=quiet))
+        quiet=quiet, keep_failed=keep_failed))
     if as_json:
         click.echo(json.dumps(dict(result_dict(result.export), llm=result.llm_dict()),
                               indent=2))
     elif not quiet or failure is not None:
         click.echo(result.report())
     if failure is not None:
+        kept = getattr(failure, "kept_archive", None)
         _err("t2n: check failed: tract's tokens differ from transformers' (see the report); "
-             f"{output} was not written")
+             f"{output} was not written" + (f", the archive is kept at {kept}" if kept else ""))
         return EXIT_CHECK_FAILED
     return EXIT_OK
 

@@ -347,14 +347,16 @@ def default_prompt(vocab: int, length: int = PROMPT_LENGTH) -> list[int]:
 # ---------------------------------------------------------------------------- export
 def export_llm(model, f, *, weights: str = "f32", check: bool = False,
                max_new_tokens: int = DEFAULT_NEW_TOKENS, prompt=None, quiet: bool = False,
-               progress=None, timeout: float | None = 1800) -> LLMExportResult:
+               progress=None, timeout: float | None = 1800,
+               keep_failed: str | None = None) -> LLMExportResult:
     """Export a causal LM (an ``nn.Module``, a ``save_pretrained`` directory or
     ``module:callable``) to ``f`` as one archive for prefill and decoding.
 
     ``weights`` is passed to :func:`t2n.export` (``"f32"`` keeps the model's floats).
     ``check=True`` generates ``max_new_tokens`` tokens greedily from ``prompt`` (default:
     :func:`default_prompt`) in tract and raises :class:`CheckFailedError` unless they are
-    exactly transformers' ``generate(do_sample=False)`` tokens."""
+    exactly transformers' ``generate(do_sample=False)`` tokens; the archive then does not
+    reach ``f`` (``keep_failed=PATH`` moves it there instead, for inspection)."""
     from .api import export
 
     from .weight_formats import check_format
@@ -385,7 +387,7 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     dyn = {"input_ids": {1: "S"}}
     dyn.update({n: {2: "P"} for n in ins[1:]})
     # the archive reaches f only when the token check passes (t2n.staging)
-    with staged(f) as work:
+    with staged(f, keep_failed) as work:
         step = CausalLMStep(model, len(layers))
         with warnings.catch_warnings():
             # transformers' notices about its own API (deprecated attributes read while tracing)

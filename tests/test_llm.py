@@ -148,11 +148,13 @@ def test_token_mismatch_fails_the_check(tmp_path, monkeypatch):
         return toks[:-1] + [(toks[-1] + 1) % 128]
 
     monkeypatch.setattr(llm, "reference_tokens", shifted)
+    aside = tmp_path / "rejected" / "m.nnef.tgz"
     with pytest.raises(CheckFailedError, match="greedy tokens differ") as e:
         llm.export_llm(_saved("qwen3", tmp_path), tmp_path / "m.nnef.tgz", check=True,
-                       max_new_tokens=4, quiet=True)
+                       max_new_tokens=4, quiet=True, keep_failed=aside)
     assert e.value.report.passed is False
     assert not (tmp_path / "m.nnef.tgz").exists()  # an archive that failed is not shipped
+    assert e.value.kept_archive == str(aside) and aside.is_file()
 
 
 def test_user_model_is_left_as_it_was(tmp_path):
