@@ -205,6 +205,20 @@ def _time_per_op_kind(runnable, inputs, runs: int = 5) -> dict[str, list]:
     return kinds
 
 
+def _alternate(names: list[str], once, at_least: int, seconds: float, cap: int) -> int:
+    """Call ``once(route)`` (which returns the seconds it took) for every route, alternating
+    their order, ``at_least`` rounds and more (up to ``cap``) until each route has taken
+    ``seconds``: a model that runs in 2 ms gets hundreds of runs, so one slow run (another
+    process, a page fault) moves its median less. Returns the rounds made."""
+    spent = dict.fromkeys(names, 0.0)
+    rounds = 0
+    while names and (rounds < at_least or (rounds < cap and min(spent.values()) < seconds)):
+        for k in names if rounds % 2 == 0 else names[::-1]:
+            spent[k] += once(k)
+        rounds += 1
+    return rounds
+
+
 def _measure(job: dict) -> dict:
     """One process, both routes, alternating: load (+ into_runnable) and run times."""
     import numpy as np
@@ -241,34 +255,26 @@ def _measure(job: dict) -> dict:
     load_cpu = {k: [] for k in routes}  # CPU time: what the load costs, without the waits
     runs = {k: [] for k in routes}
     runnables = {}
-    i = 0  # --repeat loads at least, and more (up to 50) until each route loaded --seconds
-    while routes and (i < job["repeat"]
-                      or (min(sum(v) for v in loads.values()) < job["seconds"] and i < 50)):
-        order = list(routes) if i % 2 == 0 else list(routes)[::-1]
-        for k in order:
-            t0, c0 = time.perf_counter(), time.process_time()
-            runnables[k] = routes[k]()
-            loads[k].append(time.perf_counter() - t0)
-            load_cpu[k].append(time.process_time() - c0)
-        i += 1
+
+    def load(k):
+        t0, c0 = time.perf_counter(), time.process_time()
+        runnables[k] = routes[k]()
+        load_cpu[k].append(time.process_time() - c0)
+        loads[k].append(time.perf_counter() - t0)
+        return loads[k][-1]
+
+    def run(k):
+        t0 = time.perf_counter()
+        runnables[k].run(inputs)
+        runs[k].append(time.perf_counter() - t0)
+        return runs[k][-1]
+
+    _alternate(list(routes), load, job["repeat"], job["seconds"], cap=50)
     for k, r in runnables.items():
         got = r.run(inputs)[0].to_numpy()
         out[f"{k}_err"] = float(np.max(np.abs(got - ref))) if got.shape == ref.shape else None
         r.run(inputs)  # warm-up
-    # at least --runs alternating runs, and more until each route has run --seconds: a
-    # model that runs in 2 ms gets hundreds of runs, so one slow run (another process, a
-    # page fault) moves its median less
-    i = 0
-    while routes and (i < job["runs"] or min(sum(v) for v in runs.values()) < job["seconds"]):
-        order = list(routes) if i % 2 == 0 else list(routes)[::-1]
-        for k in order:
-            t0 = time.perf_counter()
-            runnables[k].run(inputs)
-            runs[k].append(time.perf_counter() - t0)
-        i += 1
-        if i >= 5000:
-            break
-    out["runs"] = i
+    out["runs"] = _alternate(list(routes), run, job["runs"], job["seconds"], cap=5000)
     for k in routes:
         out[f"{k}_load_s"] = statistics.median(loads[k])
         out[f"{k}_run_s"] = statistics.median(runs[k])

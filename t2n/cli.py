@@ -249,11 +249,17 @@ def run_export(module, args, output, *, quiet=False, as_json=False, **kwargs):
     elif not quiet or failure is not None:
         click.echo(result.report())
     if failure is not None:
-        kept = getattr(failure, "kept_archive", None)
-        _err("t2n: check failed: tract's outputs differ from PyTorch's (see the report above); "
-             f"{output} was not written" + (f", the archive is kept at {kept}" if kept else ""))
+        _err("t2n: check failed: tract's outputs differ from PyTorch's (see the report above)"
+             + _not_written(output, failure))
         return None
     return result
+
+
+def _not_written(output: str, failure) -> str:
+    """The end of a failed check's line: OUT was left as it was, and where the archive went
+    if ``--keep-failed`` kept it."""
+    kept = getattr(failure, "kept_archive", None)
+    return f"; {output} was not written" + (f", the archive is kept at {kept}" if kept else "")
 
 
 def _run_reporting_warnings(run):
@@ -361,9 +367,8 @@ def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, quie
     elif not quiet or failure is not None:
         click.echo(result.report())
     if failure is not None:
-        kept = getattr(failure, "kept_archive", None)
-        _err("t2n: check failed: tract's tokens differ from transformers' (see the report); "
-             f"{output} was not written" + (f", the archive is kept at {kept}" if kept else ""))
+        _err("t2n: check failed: tract's tokens differ from transformers' (see the report)"
+             + _not_written(output, failure))
         return EXIT_CHECK_FAILED
     return EXIT_OK
 

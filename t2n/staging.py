@@ -47,7 +47,7 @@ def staged(path: str, keep_failed: str | None = None):
                     e.add_note(f"could not keep the archive at {keep_failed}: "
                                f"{oe.strerror or oe}")
             raise
-        _move_into_place(work, path)
+        move_into_place(work, path)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -64,9 +64,11 @@ def _keep(work: str, keep_failed: str) -> str:
     return keep
 
 
-def _move_into_place(work: str, path: str) -> None:
+def move_into_place(work: str, path: str) -> None:
+    """Rename the written archive ``work`` (same file system) to ``path``: a directory
+    replaces what the path held, a file replaces a file (the writer's last step too)."""
     try:
-        if os.path.isdir(work):  # a directory container replaces what the path held
+        if os.path.isdir(work):
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
             elif os.path.lexists(path):

@@ -25,6 +25,7 @@ from .gzstream import GzipStream
 from .loops import op_line, render_fragments
 from .nnef_text import nnef_type
 from .shallow_text import ShallowText
+from .staging import move_into_place
 from .targets import TRACT, Target
 
 GRAPH_NAME = "network"
@@ -343,11 +344,7 @@ def write(g: Graph, path: str, progress=None, target: Target = TRACT) -> int:
         if kind == "dir":
             tmp = tempfile.mkdtemp(prefix=f".{base}.", suffix=".partial", dir=parent)
             size = _write_dir(g, graph_text, tmp, progress)
-            if os.path.isdir(path):
-                shutil.rmtree(path)
-            elif os.path.exists(path):
-                os.remove(path)
-            os.rename(tmp, path)
+            move_into_place(tmp, path)
         else:
             fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".partial", dir=parent)
             with os.fdopen(fd, "wb") as f:
@@ -355,7 +352,7 @@ def write(g: Graph, path: str, progress=None, target: Target = TRACT) -> int:
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o644 & ~_umask())
-            os.replace(tmp, path)
+            move_into_place(tmp, path)
             size = os.path.getsize(path)
         tmp = None
         return size
