@@ -269,7 +269,7 @@ def _sort_args(rest):
 def sort(g, self, *rest):
     """A full-length stable topk: PyTorch's ``stable=True`` order (NaN last ascending, first
     descending; equal values by position), which is also its ``stable=False`` order up to
-    16 elements (see the README on longer ones)."""
+    16 elements (see docs/dtypes.md on longer ones)."""
     dim, descending = _sort_args(rest)
     if self.rank == 0:
         return self, g.scalar(0, torch.int64)

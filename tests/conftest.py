@@ -83,7 +83,7 @@ def _dat_files_read_back(monkeypatch):
 # get right on its own (symbolic shapes, functionalised writes, whole models); in the
 # op-family modules below, whose export path is the same walker over the same mappings,
 # every third test (a fixed choice by test id) runs through export. T2N_ALL_CAPTURES=1
-# runs them all (the README's suite x capture table was measured so).
+# runs them all (docs/capture.md's suite x capture table was measured so).
 EXPORT_SAMPLED_MODULES = {"test_attention", "test_embedding_bag", "test_pruning"}
 
 

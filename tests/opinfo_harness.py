@@ -302,7 +302,7 @@ def dtype_matrix(results: dict, max_samples: int) -> str:
            "where the order is left to its selection algorithm's internals (`sort`/`argsort` "
            "without `stable=True` past 16 elements, `topk` past 3 but for k = 1 of at least "
            "64, `kthvalue` past 2, `mode` past 16) does an index that differs only among "
-           "equal values count as right (see tests/tie_order.py and the README).", ""]
+           "equal values count as right (see tests/tie_order.py and docs/dtypes.md).", ""]
     for d in dtypes:
         out += [f"## {d}", "", summary_table(list(results[d].values())), ""]
     out += ["## Per op", "", "Samples passing / in scope per dtype (`-`: no samples or out of "

@@ -227,15 +227,14 @@ def test_layout_reader_parses_tract_string_dumps():
         ["input_ids", "past_key_0"]
 
 
-def test_readme_loop_generates_like_transformers(tmp_path):
-    """The README's ten-line tract loop, run as written (prompt and path substituted)."""
+def test_docs_loop_generates_like_transformers(tmp_path):
+    """docs/llm.md's ten-line tract loop, run as written (prompt and path substituted)."""
     import pathlib
     import re
     import subprocess
     import sys
 
-    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
-    section = readme.split("## Language models", 1)[1]
+    section = (pathlib.Path(__file__).parents[1] / "docs" / "llm.md").read_text()
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     prompt = [5, 17, 99, 3]
     code = code.replace('"llama.nnef.tar"', repr(str(tmp_path / "m.nnef.tar")))
