@@ -1,6 +1,9 @@
 """The layout rules of docs/architecture.md, checked on the source: no import cycle in t2n/
 or op_mappings/, op families never import each other (only the registry, the builder layer
-and op_mappings/helpers), helpers never import a family, and no module over 600 lines.
+and op_mappings/helpers), helpers never import a family, and no module over 600 lines. The
+documentation's layout too: README.md stays a quick start (at most 15,000 characters, the
+manual lives in docs/), and every relative link of README.md, CHANGELOG.md and docs/*.md reaches a file
+and, with a ``#fragment``, a heading of it.
 
 Imports are read with ``ast`` from every statement, including those inside functions (a
 lazy import is still a dependency). ``importlib.import_module("...")`` with a string is
@@ -10,6 +13,7 @@ passes) and is not an edge.
 
 import ast
 import os
+import re
 
 import pytest
 
@@ -164,3 +168,73 @@ def test_no_module_over_600_lines(pkg):
                   for n in [sum(1 for _ in open(p, encoding="utf-8"))] if n > MAX_LINES)
     assert not long, (f"modules over {MAX_LINES} lines (split them along their seams, see "
                       "docs/architecture.md): " + ", ".join(f"{m} ({n})" for n, m in long))
+
+
+# ------------------------------------------------------------------------------ the docs
+
+README_MAX_CHARS = 15_000
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+_FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
+
+
+def _doc_files() -> list[str]:
+    docs = os.path.join(ROOT, "docs")
+    return [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "CHANGELOG.md")] + sorted(
+        os.path.join(docs, f) for f in os.listdir(docs) if f.endswith(".md"))
+
+
+def _prose(path: str) -> str:
+    """The text of a Markdown file without its code blocks and inline code (a link-like
+    string inside code is not a link)."""
+    text = open(path, encoding="utf-8").read()
+    return _INLINE_CODE.sub("", _FENCE.sub("", text))
+
+
+def _anchors(path: str) -> set[str]:
+    """The fragment ids GitHub gives the headings of a Markdown file: lower case, spaces
+    to hyphens, punctuation other than hyphens and underscores dropped."""
+    out = set()
+    for line in _FENCE.sub("", open(path, encoding="utf-8").read()).splitlines():
+        m = re.match(r"#{1,6}\s+(.*)", line)
+        if m:
+            title = m.group(1).strip().lower().replace("`", "")
+            out.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return out
+
+
+def _relative_links(path: str) -> list[str]:
+    return [t for t in _LINK.findall(_prose(path))
+            if not re.match(r"[a-z][a-z0-9+.-]*:", t)]  # http:, https:, mailto:, ...
+
+
+def test_readme_is_a_quick_start():
+    """Counted as `wc -c` counts: bytes."""
+    size = len(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().encode())
+    assert size <= README_MAX_CHARS, (
+        f"README.md is {size:,} bytes, over {README_MAX_CHARS:,}: move the details into a "
+        "page of docs/ and link it from README.md's manual table")
+
+
+def test_the_link_checker_sees_the_links():
+    """Guards the check below against passing on files it cannot read."""
+    readme = os.path.join(ROOT, "README.md")
+    assert "docs/api.md" in _relative_links(readme)
+    assert "cli.md#t2n-export" in _relative_links(os.path.join(ROOT, "docs", "troubleshooting.md"))
+    assert "t2n-export" in _anchors(os.path.join(ROOT, "docs", "cli.md"))
+    assert "fast-archives-what-the-export-folds-and-fuses" in _anchors(
+        os.path.join(ROOT, "docs", "performance.md"))
+
+
+def test_relative_links_in_the_docs_resolve():
+    broken = []
+    for path in _doc_files():
+        for target in _relative_links(path):
+            file, _, fragment = target.partition("#")
+            dest = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+            where = f"{os.path.relpath(path, ROOT)}: ({target})"
+            if not os.path.exists(dest):
+                broken.append(f"{where}: no file {os.path.relpath(dest, ROOT)}")
+            elif fragment and dest.endswith(".md") and fragment not in _anchors(dest):
+                broken.append(f"{where}: no heading #{fragment} in {os.path.relpath(dest, ROOT)}")
+    assert not broken, "broken links:\n  " + "\n  ".join(broken)
