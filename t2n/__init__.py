@@ -10,7 +10,9 @@ than ``import torch``.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+# the one place the version is written besides pyproject.toml (tests/test_cli.py pins the
+# two equal); `t2n --version` prints it
+__version__ = "0.5.0"
 
 _LAZY = {
     "export": ("t2n.api", "export"),

@@ -27,6 +27,7 @@ import warnings
 
 import click
 
+from . import __version__
 from .errors import CheckFailedError, T2NError, UsageError
 from .jsonreport import result_dict
 
@@ -92,7 +93,9 @@ class _T2NGroup(click.Group):
 @click.group(name="t2n", cls=_T2NGroup,
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")
-@click.version_option(package_name="t2n", prog_name="t2n")
+# the version of the code that runs: an editable install's metadata keeps the version of
+# its last `pip install`, so importlib.metadata would report an old one after a bump
+@click.version_option(__version__, prog_name="t2n")
 def cli(debug: bool):
     """t2n: export PyTorch models to NNEF archives for the tract inference engine.
 

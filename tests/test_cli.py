@@ -46,6 +46,32 @@ def test_python_dash_m_reports_errors_without_traceback(tmp_path):
     assert p.stdout == ""
 
 
+def _pyproject_version() -> str:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    with open(os.path.join(os.path.dirname(HERE), "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)["project"]["version"]
+
+
+def test_version_is_the_pyproject_version():
+    """`t2n --version` (in process and as `python -m t2n`) and `t2n.__version__` say the
+    version pyproject.toml declares, the one the CHANGELOG's newest release names."""
+    import t2n
+
+    version = _pyproject_version()
+    assert t2n.__version__ == version
+    r = run_cli("--version")
+    assert r.exit_code == 0 and r.stdout == f"t2n, version {version}\n"
+    p = run_process(sys.executable, "-m", "t2n", "--version")
+    assert p.returncode == 0 and p.stdout == f"t2n, version {version}\n", p.stderr
+    changelog = open(os.path.join(os.path.dirname(HERE), "CHANGELOG.md"), encoding="utf-8").read()
+    released = [line for line in changelog.splitlines()
+                if line.startswith("## [") and not line.startswith("## [Unreleased]")]
+    assert released and released[0].startswith(f"## [{version}]"), released[:1]
+
+
 def test_help_texts_explain_usage():
     r = run_cli()
     assert r.exit_code == 0 and r.stdout.startswith("Usage: t2n") and r.stderr == ""
