@@ -132,6 +132,13 @@ def _symbols_for(dynamic_axes, input_names, args) -> dict:
     return dynamic.parse_dynamic_axes(dynamic_axes, input_names, args)
 
 
+def _symbol_minimums(dynamic_axes, symbols, args) -> dict:
+    """{symbol: least run-time size}, declared to tract as ``tract_assert``."""
+    from . import dynamic
+
+    return dynamic.symbol_minimums(dynamic_axes, symbols, args)
+
+
 # The options ``export`` reads itself; the passes declare theirs (t2n.passes).
 # progress: None (auto) | bool | callable; properties: {key: str | int | list} written as
 # the archive's tract_core_properties (metadata a runtime reads, e.g. t2n.llm's cache layout)
@@ -171,6 +178,7 @@ def _build(model, binding, output_names, dynamic_axes, options,
     args = binding.tensors
     in_names = _names(binding.names, len(args), "input", "input")
     symbols = _symbols_for(dynamic_axes, in_names, args) if dynamic_axes else {}
+    least = _symbol_minimums(dynamic_axes, symbols, args) if dynamic_axes else {}
     spec = _stream.resolve(*stream_spec, symbols, args, in_names) if stream_spec else None
     if capture_with == "export":
         from .export_capture import capture_export
@@ -195,7 +203,7 @@ def _build(model, binding, output_names, dynamic_axes, options,
         shape = list(a.shape)
         for axis, sym in symbols.get(i, {}).items():
             shape[axis] = _sym(sym)
-            g.add_symbol(sym)
+            g.add_symbol(sym, minimum=least[sym])
         inputs.append(g.add_input(name, shape, g.computed(a.dtype)))
 
     if capture_with == "export":

@@ -65,6 +65,7 @@ class Graph:
         self.ops: list[Op] = []
         self.variables: list[Variable] = []
         self.symbols: list[str] = []
+        self.symbol_minimum: dict[str, int] = {}  # the least size each symbol takes at run time
         self.fragments: list = []  # loop bodies (t2n.loops.Fragment), written before the graph
         self._var_cache: dict = {}
         self.shared: dict = {}  # size-only values built once and reused by every op (key -> value)
@@ -128,9 +129,15 @@ class Graph:
         self.inputs.append(t)
         return t
 
-    def add_symbol(self, name: str) -> None:
+    def add_symbol(self, name: str, minimum: int = 1) -> None:
+        """Declare the tract symbol ``name``, whose sizes are at least ``minimum``.
+
+        tract proves shape facts from these bounds (``S >= 1`` lets it treat ``S`` as a
+        non-empty axis and pick its same-shape kernels, fold residual adds into products);
+        an axis is 1 or more unless its example size was 0 (an empty key/value cache)."""
         if name not in self.symbols:
             self.symbols.append(name)
+        self.symbol_minimum[name] = min(self.symbol_minimum.get(name, minimum), minimum)
 
     def variable(self, data: torch.Tensor, label: str | None = None) -> Tensor:
         """A weight stored in its own .dat file; the same storage is written once."""

@@ -130,7 +130,8 @@ def cli(debug: bool):
 @click.option("--keep-failed", "keep_failed", metavar="PATH", default=None,
               help="With --check: move the archive of a failed check to PATH, for inspection.")
 @click.option("--dynamic", multiple=True, metavar="NAME:AXIS=SYM",
-              help="Make an input axis a symbol, e.g. x:0=B (repeatable).")
+              help="Make an input axis a symbol, e.g. x:0=B (repeatable); it is 1 or more at "
+                   "run time, x:0=B>=0 lets it be 0.")
 @click.option("--stream", "stream", metavar="SYM", default=None,
               help="Streaming export over the --dynamic symbol SYM: forms tract can pulse, "
                    "the output delay in the report, and with --check a chunk-by-chunk run "

@@ -1,8 +1,10 @@
 """Dynamic axes: which input axes are tract symbols instead of fixed sizes.
 
 Accepts the ``torch.onnx.export`` spelling: ``{"input_ids": {0: "B", 1: "S"}}`` or
-``{"x": [0]}`` (symbols then named ``<input>_<axis>``). Wrong specs fail with a clear
-message naming the input and the axis.
+``{"x": [0]}`` (symbols then named ``<input>_<axis>``). A symbol is 1 or more at run time
+(tract is told so, which lets it pick its same-shape kernels); ``("P", 0)`` in place of
+``"P"`` lets it be 0 too (an empty key/value cache). Wrong specs fail with a clear message
+naming the input and the axis.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def parse_dynamic_axes(dynamic_axes, input_names: list[str], args) -> dict[int, 
             raise UsageError(f"dynamic_axes[{name!r}] must be a dict {{axis: symbol}} or a list")
         spec = {}
         for axis, sym in axes.items():
+            sym, _ = _name_and_minimum(sym, name, axis, args[i])
             if not isinstance(axis, int) or not -rank <= axis < rank:
                 raise UsageError(f"dynamic axis {axis!r} of input {name!r} is out of range "
                                  f"(the input has rank {rank})")
@@ -47,6 +50,39 @@ def parse_dynamic_axes(dynamic_axes, input_names: list[str], args) -> dict[int, 
             spec[axis % rank] = sym
         out[i] = spec
     check_consistent_symbols(out, input_names, args)
+    return out
+
+
+def _name_and_minimum(sym, name: str, axis, example) -> tuple:
+    """(symbol, least size) of one axis spec: ``"S"`` (at least 1) or ``("P", 0)``."""
+    if not isinstance(sym, tuple):
+        return sym, None
+    if (len(sym) != 2 or not isinstance(sym[1], int) or isinstance(sym[1], bool)
+            or sym[1] < 0):
+        raise UsageError(f"dynamic axis {axis} of {name!r}: {sym!r} must be (symbol, least "
+                         "size), the least size an integer 0 or more")
+    size = int(example.shape[axis]) if isinstance(axis, int) and -example.dim() <= axis < \
+        example.dim() else None
+    if size is not None and sym[1] > size:
+        raise UsageError(f"dynamic axis {axis} of {name!r}: the least size {sym[1]} is above "
+                         f"the example's {size}")
+    return sym
+
+
+def symbol_minimums(dynamic_axes, symbols: dict[int, dict[int, str]], args) -> dict[str, int]:
+    """The least run-time size of each symbol: the one given as ``(symbol, least)``, else 1
+    (0 when the example itself has the axis empty)."""
+    given = {}
+    for axes in dynamic_axes.values():
+        if isinstance(axes, dict):
+            for sym in axes.values():
+                if isinstance(sym, tuple):
+                    given[sym[0]] = min(given.get(sym[0], sym[1]), sym[1])
+    out: dict[str, int] = {}
+    for i, axes in symbols.items():
+        for axis, sym in axes.items():
+            least = given.get(sym, min(int(args[i].shape[axis]), 1))
+            out[sym] = min(out.get(sym, least), least)
     return out
 
 

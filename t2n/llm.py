@@ -385,7 +385,7 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     args = _example(layers, vocab)
     ins, outs = io_names(len(layers))
     dyn = {"input_ids": {1: "S"}}
-    dyn.update({n: {2: "P"} for n in ins[1:]})
+    dyn.update({n: {2: ("P", 0)} for n in ins[1:]})  # the prompt runs with P = 0
     # the archive reaches f only when the token check passes (t2n.staging)
     with staged(f, keep_failed) as work:
         step = CausalLMStep(model, len(layers))

@@ -113,8 +113,8 @@ class Body(Graph):
     def reserve_name(self, name: str) -> None:
         self.outer.reserve_name(name)
 
-    def add_symbol(self, name: str) -> None:
-        self.outer.add_symbol(name)
+    def add_symbol(self, name: str, minimum: int = 1) -> None:
+        self.outer.add_symbol(name, minimum)
 
     def variable(self, data: torch.Tensor, label: str | None = None) -> Tensor:
         return self._loop.full(self.outer.variable(data, label))

@@ -64,13 +64,15 @@ def parse_input_spec(text: str) -> InputSpec:
     return InputSpec(name, dims, dtype)
 
 
-def parse_dynamic(text: str) -> tuple[str, int, str]:
-    """``NAME:AXIS=SYMBOL`` (or ``NAME:AXIS``, symbol then ``NAME_AXIS``)."""
-    m = re.match(r"^([A-Za-z_]\w*):(-?\d+)(?:=([A-Za-z]\w*))?$", text.strip())
+def parse_dynamic(text: str) -> tuple[str, int, str | tuple[str, int]]:
+    """``NAME:AXIS=SYMBOL`` (or ``NAME:AXIS``, symbol then ``NAME_AXIS``); ``SYMBOL>=0`` lets
+    the axis be empty at run time (it is 1 or more otherwise)."""
+    m = re.match(r"^([A-Za-z_]\w*):(-?\d+)(?:=([A-Za-z]\w*)(?:>=(\d+))?)?$", text.strip())
     if not m:
-        raise UsageError(f"dynamic axis {text!r} must be NAME:AXIS=SYMBOL, e.g. x:0=B")
-    name, axis, sym = m.group(1), int(m.group(2)), m.group(3)
-    return name, axis, sym or f"{name}_{axis}"
+        raise UsageError(f"dynamic axis {text!r} must be NAME:AXIS=SYMBOL, e.g. x:0=B "
+                         "(or x:0=B>=0 for an axis that may be empty)")
+    name, axis, sym = m.group(1), int(m.group(2)), m.group(3) or f"{m.group(1)}_{m.group(2)}"
+    return name, axis, (sym, int(m.group(4))) if m.group(4) else sym
 
 
 def dynamic_axes_from(entries, input_names: list[str]) -> dict | None:

@@ -90,6 +90,8 @@ def test_cli_check_generates_like_transformers(family, tmp_path, capsys):
     assert "fragment tract_core_properties(" in text
     assert '("t2n.llm.layers", 2)' in text
     assert '("t2n.llm.inputs", ["input_ids", "past_key_0", "past_value_0"' in text
+    # tract's bounds: the prompt runs with an empty cache, every step adds a token
+    assert "extension tract_assert P >= 0;" in text and "extension tract_assert S >= 1;" in text
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3"])
