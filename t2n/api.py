@@ -23,9 +23,16 @@ from .walker import Walker
 
 @dataclass
 class TensorInfo:
+    """An archive input or output as the report gives it: sizes are ints where they are
+    known numbers (a symbolic size that simplified to one, ``S - (S - 1)``, included) and
+    symbol expressions otherwise."""
+
     name: str
     shape: list
     dtype: str
+
+    def __post_init__(self):
+        self.shape = [int(d) if getattr(d, "is_Integer", False) else d for d in self.shape]
 
     def __str__(self) -> str:
         dims = "x".join(str(d) for d in self.shape) or "scalar"

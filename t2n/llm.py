@@ -1,8 +1,9 @@
 """``t2n llm``: a transformers causal language model as ONE archive for prefill and decoding.
 
 The archive computes one step: ``input_ids [1, S]`` and per layer ``past_key_i`` /
-``past_value_i [1, H_kv, P, D]`` in; ``logits [1, S, V]`` and ``present_key_i`` /
-``present_value_i [1, H_kv, P+S, D]`` out. ``S`` and ``P`` are tract symbols: the prompt runs
+``past_value_i [1, H_kv, P, D]`` in; ``logits [1, 1, V]`` (the last position's, which is
+all greedy or sampled decoding reads; ``all_logits=True`` gives ``[1, S, V]``) and
+``present_key_i`` / ``present_value_i [1, H_kv, P+S, D]`` out. ``S`` and ``P`` are tract symbols: the prompt runs
 with ``P = 0``, each decoding step with ``S = 1`` and the previous step's present tensors as
 its past. Positions (``P .. P+S-1``) and the causal mask (with the sliding window of the
 families that have one) are computed inside the graph from ``P`` and ``S``. The layout goes
@@ -193,22 +194,31 @@ class CausalLMStep(torch.nn.Module):
 
     Every layer gets a full (non-sliding) cache: sliding-window layers apply their window
     through the mask transformers builds from the config, over all ``P + S`` positions, which
-    is the same attention as the cropped cache ``generate`` keeps."""
+    is the same attention as the cropped cache ``generate`` keeps.
 
-    def __init__(self, model, n_layers: int):
+    With ``all_logits=False`` only the last position's logits are returned: the model's own
+    ``logits_to_keep=1`` (transformers' causal LMs) applies the head to that position only,
+    which saves the head over the whole prompt (a fifth of a 128-token prefill) and the copy
+    of ``[1, S, V]`` logits; a model without it has its logits sliced."""
+
+    def __init__(self, model, n_layers: int, all_logits: bool = False):
         super().__init__()
         self.model = model
         self.n_layers = n_layers
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._last_only = not all_logits
+        self._keep_kw = self._last_only and "logits_to_keep" in params
 
     def forward(self, input_ids, *past):
         DynamicCache, TensorLayer = _cache_classes()
         cache = DynamicCache()
         cache.layers = [TensorLayer(past[2 * i], past[2 * i + 1]) for i in range(self.n_layers)]
+        keep = {"logits_to_keep": 1} if self._keep_kw else {}
         out = self.model(input_ids=input_ids, use_cache=True, return_dict=True,
-                         **{self._cache_kw: cache})
-        flat = [out.logits]
+                         **{self._cache_kw: cache}, **keep)
+        logits = out.logits[:, -1:] if self._last_only and not self._keep_kw else out.logits
+        flat = [logits]
         for layer in cache.layers:
             flat += [layer.keys, layer.values]
         return tuple(flat)
@@ -298,7 +308,7 @@ def io_names(n_layers: int) -> tuple[list[str], list[str]]:
     return ins, outs
 
 
-def _properties(model, layers, vocab: int, weights: str) -> dict:
+def _properties(model, layers, vocab: int, weights: str, all_logits: bool) -> dict:
     ins, outs = io_names(len(layers))
     cfg = model.config
     props = {
@@ -313,6 +323,7 @@ def _properties(model, layers, vocab: int, weights: str) -> dict:
         "t2n.llm.outputs": outs,
         "t2n.llm.cache_layout": "batch,kv_heads,positions,head_dim",
         "t2n.llm.weights": weights,
+        "t2n.llm.logits": "all" if all_logits else "last",
     }
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if eos is None:
@@ -348,7 +359,7 @@ def default_prompt(vocab: int, length: int = PROMPT_LENGTH) -> list[int]:
 def export_llm(model, f, *, weights: str = "f32", check: bool = False,
                max_new_tokens: int = DEFAULT_NEW_TOKENS, prompt=None, quiet: bool = False,
                progress=None, timeout: float | None = 1800,
-               keep_failed: str | None = None) -> LLMExportResult:
+               keep_failed: str | None = None, all_logits: bool = False) -> LLMExportResult:
     """Export a causal LM (an ``nn.Module``, a ``save_pretrained`` directory or
     ``module:callable``) to ``f`` as one archive for prefill and decoding.
 
@@ -356,7 +367,9 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     ``check=True`` generates ``max_new_tokens`` tokens greedily from ``prompt`` (default:
     :func:`default_prompt`) in tract and raises :class:`CheckFailedError` unless they are
     exactly transformers' ``generate(do_sample=False)`` tokens; the archive then does not
-    reach ``f`` (``keep_failed=PATH`` moves it there instead, for inspection)."""
+    reach ``f`` (``keep_failed=PATH`` moves it there instead, for inspection).
+    ``all_logits=True`` returns the logits of every position (``[1, S, V]``, for scoring a
+    text) instead of the last one's (``[1, 1, V]``, all that decoding reads)."""
     from .api import export
 
     from .weight_formats import check_format
@@ -388,12 +401,13 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     dyn.update({n: {2: ("P", 0)} for n in ins[1:]})  # the prompt runs with P = 0
     # the archive reaches f only when the token check passes (t2n.staging)
     with staged(f, keep_failed) as work:
-        step = CausalLMStep(model, len(layers))
+        step = CausalLMStep(model, len(layers), all_logits=all_logits)
         with warnings.catch_warnings():
             # transformers' notices about its own API (deprecated attributes read while tracing)
             warnings.simplefilter("ignore", FutureWarning)
             result = export(step, args, work, input_names=ins, output_names=outs, dynamic_axes=dyn,
-                            properties=_properties(model, layers, vocab, weights), quiet=quiet,
+                            properties=_properties(model, layers, vocab, weights, all_logits),
+                            quiet=quiet,
                             progress=progress, weights=weights)
         result.path = f  # where it will be; its tokens are generated from work
         # transformers compares sizes in Python per layer (q_length > 1, ...): one line each

@@ -1,8 +1,9 @@
 """Greedy generation with tract from a ``t2n llm`` archive (numpy and tract only).
 
 The archive computes one step of a causal language model: ``input_ids [1, S]`` and the cache
-``past_key_i`` / ``past_value_i [1, H_kv, P, D]`` in, ``logits [1, S, V]`` and
-``present_key_i`` / ``present_value_i [1, H_kv, P+S, D]`` out. The same archive serves the
+``past_key_i`` / ``past_value_i [1, H_kv, P, D]`` in, the last position's ``logits [1, 1, V]``
+(every position's, ``[1, S, V]``, with ``--all-logits``) and ``present_key_i`` /
+``present_value_i [1, H_kv, P+S, D]`` out. The same archive serves the
 prompt (P = 0, S = prompt length) and every decoding step (S = 1): :func:`generate` feeds
 each step's present tensors back as the next step's past ones.
 

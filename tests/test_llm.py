@@ -85,6 +85,7 @@ def test_cli_check_generates_like_transformers(family, tmp_path, capsys):
     assert res["inputs"][0]["shape"] == [1, "S"]
     assert res["inputs"][1]["shape"][2] == "P"
     assert [o["name"] for o in res["outputs"]][:2] == ["logits", "present_key_0"]
+    assert res["outputs"][0]["shape"][:2] == [1, 1], "the last position's logits by default"
     assert res["outputs"][1]["shape"][2] == "P + S"
     text = _graph_text(out)
     assert "fragment tract_core_properties(" in text
@@ -264,3 +265,38 @@ def test_module_callable_model(tmp_path, monkeypatch, capsys):
     assert code == 0
     lm = json.loads(capsys.readouterr().out)["llm"]
     assert lm["passed"] and [c["heads"] for c in lm["layers"]] == [2, 2]
+
+
+class _LlamaWithoutLogitsToKeep(transformers.LlamaForCausalLM):
+    """A causal LM whose forward has no ``logits_to_keep``: t2n slices its logits."""
+
+    def forward(self, input_ids=None, cache=None, use_cache=None, return_dict=None, **kwargs):
+        assert "logits_to_keep" not in kwargs
+        return super().forward(input_ids=input_ids, cache=cache, use_cache=use_cache,
+                               return_dict=return_dict, **kwargs)
+
+
+@pytest.mark.parametrize("logits", ["last", "all", "last_sliced"])
+def test_prompt_logits_match_transformers(logits, tmp_path):
+    """The default archive returns the last position's logits (the head runs on it alone,
+    through the model's logits_to_keep, or sliced when it has none); --all-logits every
+    position's. Both equal transformers' logits of the prompt."""
+    import numpy as np
+
+    from t2n.tract_runner import run_in_tract
+
+    torch.manual_seed(0)
+    cls = _LlamaWithoutLogitsToKeep if logits == "last_sliced" else transformers.LlamaForCausalLM
+    model = cls(transformers.LlamaConfig(**_COMMON)).eval()
+    out = tmp_path / "m.nnef.tar"
+    llm.export_llm(model, out, all_logits=logits == "all", quiet=True)
+    ids = torch.tensor([[5, 17, 99, 3, 8, 41]])
+    empty = np.zeros((1, 2, 0, 8), np.float32)  # 2 key/value heads of 8, no past
+    got = run_in_tract(str(out), [ids.numpy()] + [empty] * 4)[0]
+    with torch.no_grad():
+        want = model(input_ids=ids).logits.numpy()
+    if logits != "all":
+        want = want[:, -1:]
+    assert got.shape == want.shape, (logits, got.shape, want.shape)
+    assert abs(got - want).max() < 1e-4, (logits, abs(got - want).max())
+    assert f'("t2n.llm.logits", "{logits[:4].rstrip("_")}")' in _graph_text(out)
