@@ -130,11 +130,7 @@ class Graph:
         return t
 
     def add_symbol(self, name: str, minimum: int = 1) -> None:
-        """Declare the tract symbol ``name``, whose sizes are at least ``minimum``.
-
-        tract proves shape facts from these bounds (``S >= 1`` lets it treat ``S`` as a
-        non-empty axis and pick its same-shape kernels, fold residual adds into products);
-        an axis is 1 or more unless its example size was 0 (an empty key/value cache)."""
+        """Declare tract symbol ``name``, at least ``minimum`` (tract plans with the bound)."""
         if name not in self.symbols:
             self.symbols.append(name)
         self.symbol_minimum[name] = min(self.symbol_minimum.get(name, minimum), minimum)
