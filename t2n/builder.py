@@ -64,8 +64,7 @@ class Graph:
         self.output_names: list[str] = []
         self.ops: list[Op] = []
         self.variables: list[Variable] = []
-        self.symbols: list[str] = []
-        self.symbol_minimum: dict[str, int] = {}  # the least size each symbol takes at run time
+        self.symbols: dict[str, int] = {}  # tract symbol -> its least size (t2n.dynamic)
         self.fragments: list = []  # loop bodies (t2n.loops.Fragment), written before the graph
         self._var_cache: dict = {}
         self.shared: dict = {}  # size-only values built once and reused by every op (key -> value)
@@ -130,10 +129,7 @@ class Graph:
         return t
 
     def add_symbol(self, name: str, minimum: int = 1) -> None:
-        """Declare tract symbol ``name``, at least ``minimum`` (tract plans with the bound)."""
-        if name not in self.symbols:
-            self.symbols.append(name)
-        self.symbol_minimum[name] = min(self.symbol_minimum.get(name, minimum), minimum)
+        self.symbols[name] = min(self.symbols.get(name, minimum), minimum)
 
     def variable(self, data: torch.Tensor, label: str | None = None) -> Tensor:
         """A weight stored in its own .dat file; the same storage is written once."""

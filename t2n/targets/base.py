@@ -35,8 +35,8 @@ class Target:
         lines = [f"extension {e};" for e in self.extensions]
         if self.declares_symbols:
             lines += [f"extension tract_symbol {s};" for s in g.symbols]
-            lines += [f"extension tract_assert {s} >= {g.symbol_minimum.get(s, 1)};"
-                      for s in g.symbols]
+            lines += [f"extension tract_assert {s} >= {least};"
+                      for s, least in g.symbols.items()]
         return lines
 
     def external(self, t: Tensor) -> str:
