@@ -19,6 +19,7 @@ from .errors import CheckFailedError, TractError, UsageError
 from .staging import staged
 from .targets import get_target
 from .walker import Walker
+from .stopwatch import phase, timed, timed_export
 
 
 @dataclass
@@ -53,6 +54,7 @@ class ExportResult:
     warnings: list[str] = field(default_factory=list)
     extras: dict = field(default_factory=dict)
     stream: object = None  # t2n.streaming.StreamReport of a streaming export, else None
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # t2n.stopwatch
     _rounded: object = field(default=None, repr=False, compare=False)
 
     def rounded_model(self):
@@ -270,6 +272,7 @@ def _capture_mode(capture: str) -> str:
     return capture
 
 
+@timed_export
 def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None,
            check: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
            weights: str = "f32", streaming: str | None = None, pulse: int | None = None,
@@ -348,7 +351,8 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
                    (streaming, pulse) if streaming is not None or pulse is not None else None,
                    target=tgt.name, capture_with=_capture_mode(capture), bf16_as=bf16_as)
     g, inputs, handles, out_names = built.graph, built.inputs, built.outputs, built.output_names
-    tgt.lower(g)
+    with phase("lower"):
+        tgt.lower(g)
 
     from .progress import Bar, for_export
     from .writer import write
@@ -426,6 +430,7 @@ def quantization_steps(g, out_names, handles) -> dict[str, float]:
     return {n: steps[id(h)] * (1 + 1e-5) for n, h in zip(out_names, handles) if id(h) in steps}
 
 
+@timed("check")
 def check_archive(path: str, model, args, out_names: list[str], rtol: float = DEFAULT_RTOL,
                   atol: float = DEFAULT_ATOL, inputs=None,
                   target: str = "tract", input_names=None,

@@ -18,6 +18,7 @@ import torch
 from .autograd_inline import inline_autograd_functions
 from .errors import ModelLoadError, T2NError, TraceError
 from .script_types import complete_types
+from .stopwatch import timed
 
 
 class SpecialisedTraceWarning(UserWarning):
@@ -83,6 +84,7 @@ def _mha_fastpath_off():
         torch.backends.mha.set_fastpath_enabled(enabled)
 
 
+@timed("capture")
 def capture(model, args, binding=None) -> Captured:
     """Trace ``model`` on ``args`` in eval mode without grad; restore the training flag.
 

@@ -17,6 +17,7 @@ import torch
 
 from . import model_io, registry
 from .errors import TraceError, UsageError
+from .stopwatch import timed
 
 
 class _Flat(torch.nn.Module):
@@ -88,6 +89,7 @@ def _decompositions_of_unmapped() -> dict:
             and registry.lookup(op._schema.name.split("::", 1)[1]) is None}
 
 
+@timed("capture")
 def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_names):
     """The ``ExportedProgram`` of ``model`` called as ``binding`` says (eval mode, no grad),
     functionalised, with decompositions applied to the ops t2n does not map."""

@@ -27,6 +27,7 @@ from . import opmath, registry
 from .builder import Graph, NodeContext, Tensor, Unavailable
 from .errors import ConversionError, UnsupportedOperatorsError
 from .export_capture import PREFIX
+from .stopwatch import timed
 from .walker import (POISON, _NON_DETERMINISTIC, _T2N_DIR, _TORCH_DIR, _Unsupported, _flat,
                      _is_number, _is_symbolic, _pruned_label, conform)
 
@@ -71,6 +72,7 @@ class FxWalker:
         self.output_names: list[str] | None = None  # ModelOutput fields, cache tensors ...
 
     # ------------------------------------------------------------------ entry point
+    @timed("walk")
     def run(self, inputs: list[Tensor]) -> list:
         sig = self.ep.graph_signature
         kinds = {s.arg.name: s for s in sig.input_specs}

@@ -19,6 +19,8 @@ def result_dict(result) -> dict:
         "op_histogram": dict(sorted(result.op_histogram.items())),
         "archive_bytes": result.archive_bytes,
         "export_seconds": round(result.export_seconds, 3),
+        "phase_seconds": {k: round(v, 4) for k, v in
+                          (getattr(result, "phase_seconds", None) or {}).items()},
         "warnings": list(result.warnings),
         "weights": result.extras.get("weights"),
         "weights_error": {name: {k: _num(v) for k, v in errs.items()} for name, errs in

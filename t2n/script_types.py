@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from .stopwatch import timed
+
 
 def _untyped(v) -> bool:
     t = v.type()
@@ -22,6 +24,7 @@ def _typed(t: torch.Tensor):
     return torch._C.TensorType.create_from_tensor(t)
 
 
+@timed("types")
 def complete_types(graph: torch._C.Graph, root, args) -> None:
     """Type ``graph``'s untyped tensor values in place from one run of it on ``args``.
 

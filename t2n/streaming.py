@@ -46,6 +46,7 @@ import numpy as np
 from .check import OutputCheck, compare
 from .errors import CheckFailedError, ConversionError, TractError, UsageError
 from .pulse_runner import pulse_size
+from .stopwatch import timed
 
 DEFAULT_PULSE_AT_LEAST = 8  # the default pulse: the example length's first divisor >= 8
 
@@ -355,6 +356,7 @@ def _refuse_delayed_upsampling(path: str, g, spec: Streaming, pulse: int, workdi
                            "look-ahead, or use a causal (left-padded) convolution before it")
 
 
+@timed("check")
 def pulse_and_check(path: str, g, spec: Streaming, *, model=None, args=None,
                     axes: list[int], out_names: list[str], check: bool,
                     rtol: float, atol: float, run_torch=None,

@@ -32,6 +32,7 @@ from .torchscript import (_flat, _has_symbols, _is_number, _is_symbolic, _py, _s
                           source_location)
 from .torchscript import _T2N_DIR, _TORCH_DIR  # noqa: F401  (kept importable from here)
 from .views import LIST_VIEW_OPS, VIEW_OPS, _list_view_chain, _scatter_view, _View
+from .stopwatch import timed
 
 
 # Ops that must not be folded even when their inputs are constants.
@@ -75,6 +76,7 @@ class Walker:
         self.folded = FoldedStorage()
 
     # ------------------------------------------------------------------ entry point
+    @timed("walk")
     def run(self, ts_graph, inputs: list[Tensor]) -> list:
         ts_inputs = list(ts_graph.inputs())
         if self.root is not None:

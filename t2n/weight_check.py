@@ -22,6 +22,7 @@ import copy
 import torch
 
 from .errors import UsageError
+from .stopwatch import timed
 
 
 def _over(storage, like: torch.Tensor) -> torch.Tensor:
@@ -90,6 +91,7 @@ def _tensors(model):
             yield name, t
 
 
+@timed("check")
 def check_compressed(path: str, model, g, args, out_names, rtol: float, atol: float):
     """(checks against the rounded-weight model, errors against the original model)."""
     from .eager import torch_outputs

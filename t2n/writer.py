@@ -27,6 +27,7 @@ from .nnef_text import nnef_type
 from .shallow_text import ShallowText
 from .staging import move_into_place
 from .targets import TRACT, Target
+from .stopwatch import timed
 
 GRAPH_NAME = "network"
 WRITE_SLICE = 1 << 24  # bytes per write call when reporting progress
@@ -326,6 +327,7 @@ def output_kind(path: str) -> str:
     return "dir"
 
 
+@timed("write")
 def write(g: Graph, path: str, progress=None, target: Target = TRACT) -> int:
     """Write the archive atomically in ``target``'s dialect; returns its size in bytes."""
     path = os.path.abspath(path)

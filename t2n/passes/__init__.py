@@ -95,5 +95,8 @@ def options() -> frozenset[str]:
 
 def run_pipeline(g, ctx: PassContext) -> None:
     """Run every pass of the pipeline on ``g``, in order."""
+    from ..stopwatch import phase
+
     for p in pipeline():
-        p.run(g, ctx)
+        with phase(p.name):
+            p.run(g, ctx)
