@@ -1,234 +1,246 @@
-"""Export speed and memory for fixed models, against the disk's floor; tract load/run times.
+"""Export time and memory of real models: t2n (trace and torch.export capture) beside
+torch.onnx, with t2n's time per phase.
 
-    python -m bench.export_bench                          # mlp100m resnet18 gpt2 dlrm, tar+tgz
-    python -m bench.export_bench --models mlp100m --formats tar,tgz,dir --repeat 5
-    python -m bench.export_bench --models mlp1b --formats tar --no-tract --repeat 1
+    python -m bench.export_bench                                  # the fixed set, all routes
+    python -m bench.export_bench --models resnet18,gpt2 --routes trace,onnx
+    python -m bench.export_bench --repeat 3 --json figures.json
 
-For each model and format, in fresh child processes (medians over ``--repeat`` processes):
+Each model is built from its constructor or config (random weights, no download). Every
+export runs in a fresh child process that builds the model (not timed), then exports it
+once and reports wall seconds, CPU seconds (user + system of all its threads), the peak
+resident memory (VmHWM, the model itself included) and the memory the model held before the
+export. The routes alternate per round (t2n's first in even rounds), so machine load hits
+them alike; with ``--repeat`` the medians are printed. Routes:
 
-* trace: ``torch.jit.trace`` alone (t2n's capture), measured separately;
-* first: the first ``t2n.export`` in the process (pays one-off imports and set-up);
-* then ``--rounds`` interleaved pairs (order alternating), so both see the same machine load:
-  the floor (the same tensors written with ``numpy.ndarray.tofile``, one file each, then an
-  fsync of each, as the export fsyncs) and the export again ("export s": trace + walk + write +
-  fsync); medians of the rounds;
-* the process's peak RSS (VmHWM), the model's own bytes, archive bytes, op count;
-* tract, in other processes: ``tract.nnef().load`` time, ``into_runnable`` (optimise) time,
-  run time (median of 5).
+* ``trace``: ``t2n.export(model, args, "m.nnef.tar")``, the default capture;
+* ``export``: the same with ``capture="export"`` (torch.export);
+* ``onnx``: ``torch.onnx.export(model, args, "m.onnx", dynamo=True)``, the peer route
+  (needs the ``bench`` extra: onnx, onnxscript).
 
-The targets of issue 8 are printed with the figures: .tar wall <= 2 x floor + trace, peak RSS
-<= 1.3 x model bytes + 600 MB.
+t2n's rows add its phases (``ExportResult.phase_seconds``: capture, type completion, walk,
+each pass, write), the largest first, so a slower export shows which phase grew. The
+summary gives t2n/onnx ratios of wall time and peak memory per model. Nothing is asserted:
+CI runs two models to print the figures beside every change.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import shutil
+import statistics
 import tempfile
 
 from bench import common
 
-EXT = {"tar": ".nnef.tar", "tgz": ".nnef.tgz", "dir": ".nnef"}
+ROUTES = ("trace", "export", "onnx")
 
 
-# ------------------------------------------------------------------------------ child jobs
-def _floor(model, root: str) -> tuple[float, float]:
-    """Seconds to write the model's tensors with ndarray.tofile (one file each), and with an
-    fsync of every file after (the export fsyncs its archive)."""
-    os.makedirs(root)
-    seen, paths = set(), []
-    t = common.timer()
-    for i, p in enumerate(list(model.parameters()) + list(model.buffers())):
-        if p.untyped_storage().data_ptr() in seen:
-            continue
-        seen.add(p.untyped_storage().data_ptr())
-        path = os.path.join(root, f"t{i}.bin")
-        p.detach().contiguous().numpy().tofile(path)
-        paths.append(path)
-    tofile_s = common.timer() - t
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    fsync_s = common.timer() - t
-    shutil.rmtree(root)
-    return tofile_s, fsync_s
+# ------------------------------------------------------------------------------ the models
+def _tv(name, size=224):
+    def build():
+        import torch
+
+        common.declare_torchvision_schemas()
+        import torchvision.models as tvm
+
+        return getattr(tvm, name)(weights=None).eval(), (torch.randn(1, 3, size, size),)
+    return build
 
 
-def _remove(path: str) -> None:
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    elif os.path.exists(path):
-        os.remove(path)
+def _ids(vocab, n):
+    import torch
+
+    return torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(0))
+
+
+def resnet18_fixture():
+    """The demo's ResNet-18-shaped fixture (``make demo``), 1x3x224x224."""
+    import torch
+
+    from fixtures.models import make_resnet18
+
+    return make_resnet18(), (torch.randn(1, 3, 224, 224),)
+
+
+def bert_base():
+    """BERT-base (110M) from its default config, ids [1, 128]."""
+    common.declare_torchvision_schemas()
+    from transformers import BertConfig, BertModel
+
+    return BertModel(BertConfig()).eval(), (_ids(30522, 128),)
+
+
+def gpt2():
+    """GPT-2 small (124M, ``GPT2LMHeadModel`` default config), ids [1, 64]."""
+    common.declare_torchvision_schemas()
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config()).eval(), (_ids(50257, 64),)
+
+
+def whisper_tiny_encoder():
+    """The encoder of a Whisper-tiny-sized config (d_model 384, 4 layers, 6 heads), 80 mel
+    bins x 3000 frames."""
+    import torch
+
+    common.declare_torchvision_schemas()
+    from transformers import WhisperConfig, WhisperModel
+
+    cfg = WhisperConfig(d_model=384, encoder_layers=4, decoder_layers=4,
+                        encoder_attention_heads=6, decoder_attention_heads=6,
+                        encoder_ffn_dim=1536, decoder_ffn_dim=1536, num_mel_bins=80)
+    return WhisperModel(cfg).get_encoder().eval(), (torch.randn(1, 80, 3000),)
+
+
+def llama100m():
+    """A LLaMA config of 124.7M parameters (hidden 768, 12 layers, 12 heads, 4 KV heads,
+    MLP 2048, vocab 32000, untied), ids [1, 64]."""
+    common.declare_torchvision_schemas()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                      num_key_value_heads=4, intermediate_size=2048, vocab_size=32000,
+                      tie_word_embeddings=False)
+    return LlamaForCausalLM(cfg).eval(), (_ids(32000, 64),)
+
+
+MODELS = {
+    "resnet18": resnet18_fixture,
+    "resnet50": _tv("resnet50"),
+    "mobilenet_v3": _tv("mobilenet_v3_large"),
+    "vit_b16": _tv("vit_b_16"),
+    "bert_base": bert_base,
+    "gpt2": gpt2,
+    "whisper_tiny_encoder": whisper_tiny_encoder,
+    "llama100m": llama100m,
+}
+
+
+# ------------------------------------------------------------------------------ child
+def _cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def job_export(job: dict) -> dict:
-    """Trace alone; a first export (fresh process: pays one-off imports and set-up); then
-    ``rounds`` pairs of (tofile floor, export), interleaved so both see the same machine."""
-    import statistics
+    """Build the model (not timed), export it once by ``job["route"]``, report the cost."""
+    import torch
 
-    import t2n
-    from t2n.capture import capture
-
-    model, args = common.build(job["model"])
+    torch.manual_seed(0)
+    model, args = MODELS[job["model"]]()
     before = common.rss()
-    t = common.timer()
-    capture(model, args)
-    trace_s = common.timer() - t
-    out = job["out"]
-    t = common.timer()
+    out = os.path.join(job["work"], job["model"] + "-" + job["route"])
+    cpu, wall = _cpu_seconds(), common.timer()
+    phases = {}
     try:
-        r = t2n.export(model, args, out, progress=False)
-    except t2n.T2NError as e:
-        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
-    first_s = common.timer() - t
-    if job.get("inputs"):
-        import numpy as np
+        if job["route"] == "onnx":
+            import warnings
 
-        np.savez(job["inputs"], *[a.detach().numpy() for a in args])
-    warm, tofile, fsync = [], [], []
-    for i in range(job.get("rounds", 4)):
-        keep = job.get("keep") and i == job.get("rounds", 4) - 1
-        _remove(out)
-        for step in ("floor", "export") if i % 2 == 0 else ("export", "floor"):
-            if step == "floor":  # alternate the order: the second writer pays more writeback
-                f1, f2 = _floor(model, out + f".floor{i}")
-                tofile.append(f1)
-                fsync.append(f2)
-            else:
-                t = common.timer()
-                t2n.export(model, args, out, progress=False)
-                warm.append(common.timer() - t)
-        if not keep:
-            _remove(out)
-    med = statistics.median
-    return {"first_s": first_s, "export_s": med(warm), "tofile_s": med(tofile),
-            "tofile_fsync_s": med(fsync), "trace_s": trace_s, "peak_rss": common.peak_rss(),
-            "rss_before": before, "model_bytes": common.model_bytes(model),
-            "archive_bytes": r.archive_bytes, "ops": r.op_count}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(model, args, out + ".onnx", dynamo=True, verbose=False)
+        else:
+            import t2n
+
+            r = t2n.export(model, args, out + ".nnef.tar", capture=job["route"],
+                           progress=False, quiet=True)
+            phases = r.phase_seconds
+    except Exception as e:  # a route that cannot export this model: printed, not raised
+        return {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"}
+    wall, cpu = common.timer() - wall, _cpu_seconds() - cpu
+    return {"wall_s": wall, "cpu_s": cpu, "peak_rss": common.peak_rss(), "rss_model": before,
+            "phases": phases}
 
 
-def job_tract(job: dict) -> dict:
-    import numpy as np
-    import tract
-
-    with np.load(job["inputs"]) as z:
-        inputs = [z[f"arr_{i}"] for i in range(len(z.files))]
-    t = common.timer()
-    model = tract.nnef().load(job["archive"])
-    load_s = common.timer() - t
-    t = common.timer()
-    runnable = model.into_runnable()
-    optimise_s = common.timer() - t
-    runnable.run(inputs)
-    runs = []
-    for _ in range(5):
-        t = common.timer()
-        runnable.run(inputs)
-        runs.append(common.timer() - t)
-    runs.sort()
-    return {"load_s": load_s, "optimise_s": optimise_s, "run_s": runs[len(runs) // 2],
-            "tract_peak_rss": common.peak_rss()}
-
-
-HANDLERS = {"export": job_export, "tract": job_tract}
+HANDLERS = {"export": job_export}
 
 
 # ------------------------------------------------------------------------------ parent
-def bench_model(name: str, formats: list[str], repeat: int, rounds: int, with_tract: bool,
-                work: str) -> dict:
-    rows = {}
-    inputs = os.path.join(work, f"{name}-inputs.npz")
-    for fmt in formats:
-        out = os.path.join(work, name + EXT[fmt])
-        runs, tract_runs = [], []
-        for i in range(repeat):
-            r = common.run_child("bench.export_bench", {
-                "kind": "export", "model": name, "out": out, "rounds": rounds,
-                "inputs": inputs if i == 0 else None, "keep": with_tract and i == 0})
-            runs.append(r)
-            if "error" in r or "skip" in r:
-                break
-            if i == 0 and with_tract and fmt in ("tar", "tgz"):  # on the archive kept by run 0
-                tract_runs = [common.run_child("bench.export_bench", {
-                    "kind": "tract", "archive": out, "inputs": inputs})
-                    for _ in range(max(1, min(repeat, 3)))]
-            _remove(out)
-        rows[fmt] = common.medians(runs)
-        if tract_runs and "export_s" in rows[fmt]:
-            tr = common.medians(tract_runs)
-            if "error" in tr:
-                rows[fmt]["tract_error"] = tr["error"]
-            else:
-                rows[fmt].update({k: v for k, v in tr.items() if k != "runs"})
-    return rows
+def _median_row(runs: list[dict]) -> dict:
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return runs[0]
+    row = {k: statistics.median(r[k] for r in ok)
+           for k in ("wall_s", "cpu_s", "peak_rss", "rss_model")}
+    names = {n for r in ok for n in r["phases"]}
+    row["phases"] = {n: statistics.median(r["phases"].get(n, 0.0) for r in ok) for n in names}
+    row["runs"] = len(ok)
+    return row
+
+
+def _phase_line(phases: dict, top: int = 6) -> str:
+    parts = sorted(phases.items(), key=lambda kv: -kv[1])
+    shown = [f"{n} {s:.2f}" for n, s in parts[:top] if s >= 0.005]
+    rest = sum(s for _, s in parts[top:])
+    return ", ".join(shown) + (f", other {rest:.2f}" if rest >= 0.005 else "")
+
+
+def bench_model(name: str, routes: list[str], repeat: int, work: str) -> dict:
+    runs: dict[str, list] = {r: [] for r in routes}
+    for i in range(repeat):
+        order = routes if i % 2 == 0 else list(reversed(routes))
+        for route in order:
+            runs[route].append(common.run_child("bench.export_bench", {
+                "kind": "export", "model": name, "route": route, "work": work}))
+            for f in os.listdir(work):  # archives are not kept: disk stays small
+                p = os.path.join(work, f)
+                shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
+    return {route: _median_row(rs) for route, rs in runs.items()}
 
 
 def report(name: str, rows: dict) -> None:
     print(f"\n== {name}")
-    first = next(iter(rows.values()))
-    if "skip" in first:
-        print(f"   skipped: {first['skip']}")
-        return
-    if "error" in first:
-        print(f"   export failed: {first['error']}")
-        return
-    print(f"   model {common.mb(first['model_bytes'])} MB, {int(first['ops'])} ops, trace "
-          f"{common.secs(first['trace_s'])} s, RSS before export "
-          f"{common.mb(first['rss_before'])} MB")
-    print(f"   {'format':6} {'first s':>8} {'export s':>9} {'tofile s':>9} {'+fsync s':>9} "
-          f"{'peak RSS MB':>12} {'archive MB':>11} {'tract load s':>13} {'optimise s':>11} "
-          f"{'run ms':>8}")
-    for fmt, r in rows.items():
+    print(f"   {'route':7} {'wall s':>7} {'cpu s':>7} {'peak RSS MB':>12} {'model MB':>9}   "
+          "t2n phases (s)")
+    for route, r in rows.items():
         if "error" in r:
-            print(f"   {fmt:6} failed: {r['error']}")
+            print(f"   {route:7} failed: {r['error']}")
             continue
-        if "tract_error" in r:
-            print(f"   {fmt:6} tract failed: {r['tract_error']}")
-        run_ms = None if r.get("run_s") is None else r["run_s"] * 1e3
-        print(f"   {fmt:6} {common.secs(r['first_s']):>8} {common.secs(r['export_s']):>9} "
-              f"{common.secs(r['tofile_s']):>9} {common.secs(r['tofile_fsync_s']):>9} "
-              f"{common.mb(r['peak_rss']):>12} {common.mb(r['archive_bytes']):>11} "
-              f"{common.secs(r.get('load_s')):>13} {common.secs(r.get('optimise_s')):>11} "
-              f"{'-' if run_ms is None else f'{run_ms:.1f}':>8}   ({r.get('runs', 1)} procs)")
-    tar = rows.get("tar")
-    if tar and "export_s" in tar and name.startswith("mlp"):  # issue 8's targets are for these
-        limit_rss = 1.3 * tar["model_bytes"] + 600e6
-        print(f"   peak RSS {common.mb(tar['peak_rss'])} MB vs limit 1.3 x model + 600 MB = "
-              f"{common.mb(limit_rss)} MB: {'OK' if tar['peak_rss'] <= limit_rss else 'OVER'}")
-        for key, label in (("tofile_s", "tofile"), ("tofile_fsync_s", "tofile+fsync")):
-            limit = 2 * tar[key] + tar["trace_s"]
-            print(f"   .tar export {tar['export_s']:.2f} s vs 2 x {label} + trace = "
-                  f"{limit:.2f} s: {'OK' if tar['export_s'] <= limit else 'OVER'}")
+        print(f"   {route:7} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {common.mb(r['peak_rss']):>12} "
+              f"{common.mb(r['rss_model']):>9}   {_phase_line(r['phases'])}")
+    onnx = rows.get("onnx")
+    if onnx and "error" not in onnx:
+        for route in ("trace", "export"):
+            r = rows.get(route)
+            if r and "error" not in r:
+                print(f"   t2n {route} / onnx: wall {r['wall_s'] / onnx['wall_s']:.2f}x, "
+                      f"peak RSS {r['peak_rss'] / onnx['peak_rss']:.2f}x")
 
 
-def main() -> None:
+def main(argv=None) -> int:
     if common.child_main(HANDLERS):
-        return
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="mlp100m,resnet18,gpt2,dlrm")
-    ap.add_argument("--formats", default="tar,tgz")
-    ap.add_argument("--repeat", type=int, default=3, help="fresh processes per format")
-    ap.add_argument("--rounds", type=int, default=4, help="floor/export pairs per process")
-    ap.add_argument("--no-tract", action="store_true")
-    ap.add_argument("--work", default=None, help="scratch directory (default: a temp dir)")
-    a = ap.parse_args()
-    work = a.work or tempfile.mkdtemp(prefix="t2n-bench-")
-    os.makedirs(work, exist_ok=True)
-    print(f"load average at start: {common.load_average():.2f} (2-core machine shared)")
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help=f"comma-separated, of: {', '.join(MODELS)}")
+    ap.add_argument("--routes", default=",".join(ROUTES), help="of: trace, export, onnx")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds (fresh process each)")
+    ap.add_argument("--json", default=None, help="also write the figures to this file")
+    a = ap.parse_args(argv)
+    models = [m for m in a.models.split(",") if m]
+    routes = [r for r in a.routes.split(",") if r]
+    unknown = [m for m in models if m not in MODELS] + [r for r in routes if r not in ROUTES]
+    if unknown:
+        ap.error(f"unknown model or route: {', '.join(unknown)}")
+    work = tempfile.mkdtemp(prefix="t2n-export-bench-")
+    print(f"load average at start: {common.load_average():.2f}; {a.repeat} round(s), routes "
+          f"{', '.join(routes)}")
+    figures = {}
     try:
-        for name in a.models.split(","):
-            rows = bench_model(name, a.formats.split(","), a.repeat, a.rounds, not a.no_tract,
-                               work)
-            report(name, rows)
+        for name in models:
+            figures[name] = bench_model(name, routes, a.repeat, work)
+            report(name, figures[name])
     finally:
-        if a.work is None:
-            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     print(f"\nload average at end: {common.load_average():.2f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(figures, f, indent=2)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
