@@ -129,16 +129,25 @@ def _repeat_heads(g, x, groups: int):
     return g.reshape(x, shape[:r - 3] + [heads] + shape[r - 1:])
 
 
-def _zero_fully_masked_rows(g, scores, probs):
-    """PyTorch's safe softmax: a query whose keys are all masked (-inf everywhere) gets
-    zeros, not the NaN a plain softmax gives. (Tested on the scores themselves: tract's
-    max_reduce of an all -inf row is not -inf.)"""
+def _open_rows(g, scores, mask):
+    """Bool ``[..., L, 1]``: True where a query has a key left open. PyTorch's safe softmax
+    gives a query whose scores are all -inf zeros, not the NaN a plain softmax gives. With a
+    bool mask the rows are read from the mask (``S`` times smaller than the scores; a row
+    of finite scores is all -inf exactly where its mask is all False); with a float mask,
+    from the scores. (Not from a max_reduce: tract's of an all -inf row is not -inf.)"""
     last = scores.rank - 1
-    open_ = g.binary("ne", scores, float("-inf"), scores.dtype, out_dtype=torch.bool)
-    alive = g.reduce("any_reduce", open_, [last], keepdim=True, dtype=torch.bool)
-    zero = g.scalar(0.0, probs.dtype)
-    return g.op("select", alive, probs, g.unsqueeze_to_rank(zero, probs.rank),
-                out_dtype=probs.dtype, out_shape=probs.shape)
+    if mask is None:
+        mask = g.binary("ne", scores, float("-inf"), scores.dtype, out_dtype=torch.bool)
+    return g.reduce("any_reduce", mask, [last], keepdim=True, dtype=torch.bool)
+
+
+def _zero_closed_rows(g, out, alive):
+    """``out`` with the rows of queries that attend to nothing set to 0. Each row of
+    ``probs @ v`` reads one row of ``probs``, so zeroing the (NaN) product's rows is zeroing
+    the probabilities' rows, on a tensor ``S / E`` times smaller."""
+    zero = g.unsqueeze_to_rank(g.scalar(0.0, out.dtype), out.rank)
+    return g.op("select", g.unsqueeze_to_rank(alive, out.rank), out, zero,
+                out_dtype=out.dtype, out_shape=out.shape)
 
 
 @aten("scaled_dot_product_attention")
@@ -171,22 +180,26 @@ def scaled_dot_product_attention(g, query, key, value, attn_mask=None, dropout_p
     L, S = q.shape[-2], k.shape[-2]
     scores = einsum_op(g, f"{batch}xe,{batch}ye->{batch}xy", [q, k], bshape + [L, S], dtype)
     scores = g.binary("mul", scores, float(scale), dtype)
-    if is_causal:
+    alive = None
+    if is_causal:  # key 0 is open to every query: no row is closed
         attn_mask = causal_mask(g, L, S)
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            ninf = g.scalar(float("-inf"), dtype)
-            m = g.unsqueeze_to_rank(attn_mask, scores.rank)
-            scores = g.op("select", m, scores, g.unsqueeze_to_rank(ninf, scores.rank),
-                          out_dtype=dtype, out_shape=scores.shape)
-        else:
-            scores = g.binary("add", scores, attn_mask, dtype)
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        # as PyTorch (convert_boolean_attn_mask): a bias of 0 / -inf on the mask's own
+        # shape, added to the scores, instead of a select over every head's scores
+        m = g.unsqueeze_to_rank(attn_mask, scores.rank)
+        zero, ninf = (g.unsqueeze_to_rank(g.scalar(v_, dtype), m.rank)
+                      for v_ in (0.0, float("-inf")))
+        bias = g.op("select", m, zero, ninf, out_dtype=dtype, out_shape=m.shape)
+        scores = g.binary("add", scores, bias, dtype)
+        alive = None if is_causal else _open_rows(g, scores, m)
+    elif attn_mask is not None:
+        scores = g.binary("add", scores, attn_mask, dtype)
+        alive = _open_rows(g, scores, None)
     probs = g.op("softmax", scores, axes=[scores.rank - 1], out_dtype=dtype,
                  out_shape=scores.shape)
-    if attn_mask is not None:
-        probs = _zero_fully_masked_rows(g, scores, probs)
     ev = v.shape[-1]
-    return einsum_op(g, f"{batch}xy,{batch}ye->{batch}xe", [probs, v], bshape + [L, ev], dtype)
+    out = einsum_op(g, f"{batch}xy,{batch}ye->{batch}xe", [probs, v], bshape + [L, ev], dtype)
+    return out if alive is None else _zero_closed_rows(g, out, alive)
 
 
 # ---------------------------------------------------------------------------- masks, scans

@@ -197,3 +197,34 @@ def test_baddbmm_broadcast_self_dynamic():
     check(lambda s, a, b: torch.baddbmm(s, a, b), [r(5), r(2, 3, 4), r(2, 4, 5)],
           {1: {0: "B", 1: "S"}, 2: {0: "B"}},
           more=[(r(5), r(4, 7, 4), r(4, 4, 5))])
+
+
+def test_sdpa_masks_cost_the_masks_size_not_the_scores():
+    """A bool mask is added as a 0 / -inf bias made on the mask's own shape (as PyTorch
+    converts it), and the rows a mask closes are found on the mask and zeroed on the output
+    (not a select and a test over every head's scores); a causal one closes no row."""
+    from t2n.api import export_graph
+
+    q = r(1, 8, 6, 4)
+    m = torch.rand(1, 1, 6, 6) > 0.5
+    g = export_graph(Fn(lambda q, m: F.scaled_dot_product_attention(q, q, q, attn_mask=m)),
+                     (q, m))
+    hist = g.op_histogram()
+    assert "ne" not in hist and hist.get("any_reduce") == 1, hist
+    any_in = [op.args[0] for op in g.ops if op.kind == "any_reduce"][0]
+    assert any_in.shape[1] == 1, "the open rows are read on the mask, not per head"
+    causal = export_graph(Fn(lambda q: F.scaled_dot_product_attention(q, q, q,
+                                                                      is_causal=True)), (q,))
+    assert "any_reduce" not in causal.op_histogram()
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_sdpa_closed_rows_with_broadcast_masks(kind):
+    """Closed rows in masks that broadcast over batch, heads or queries."""
+    m = torch.rand(2, 1, 1, 7) > 0.5
+    m[1] = False  # every query of batch 1 closed
+    m[0, ..., 0] = True
+    if kind == "float":
+        m = torch.zeros(m.shape).masked_fill(~m, float("-inf"))
+    check(lambda q, k, m: F.scaled_dot_product_attention(q, k, k, attn_mask=m),
+          [r(2, 3, 5, 4), r(2, 3, 7, 4), m])
