@@ -238,8 +238,13 @@ def _count_macs(info: ArchiveInfo, path: str, members: dict, symbols: dict[str, 
 
 
 def _unpack(members: dict, d: str) -> str:
+    """Write the members under ``d`` only: a name climbing out of it (``../x``, ``/x``)
+    is refused, so a crafted archive cannot write elsewhere."""
     for name, read in members.items():
-        target = os.path.join(d, *name.split("/"))
+        parts = name.split("/")
+        if name.startswith("/") or ".." in parts:
+            raise UsageError(f"archive member {name!r} points outside the archive")
+        target = os.path.join(d, *parts)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         with open(target, "wb") as f:
             f.write(read())

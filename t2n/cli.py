@@ -11,7 +11,9 @@ Exit codes (the same for every subcommand):
 - 130: interrupted (Ctrl-C); no partial output is left behind
 
 The archive reaches OUT only when the export succeeds, its check included: after a failed
-check or an error OUT keeps what it held before.
+check or an error OUT keeps what it held before. OUT (and --keep-failed PATH, --keep DIR's
+archives, --junit/--json reports) replaces only what t2n wrote there before: a user's folder
+or file is refused with exit code 2, nothing changed (t2n.output_paths).
 
 Errors are printed as one ``t2n: error: ...`` line on stderr (a list of unsupported ops
 adds one indented line per op), never as a Python traceback unless ``--debug`` is given.
@@ -117,7 +119,8 @@ def cli(debug: bool):
 @click.argument("model", metavar="MODEL")
 @click.option("-o", "--output", "output", required=True, metavar="OUT",
               help="Archive to write: OUT.tar (tar, loads fastest), OUT.tgz (gzip tar: "
-                   "decompressed at every load), or a directory.")
+                   "decompressed at every load), or a folder (OUT.nnef, no suffix, or any "
+                   "name ending in /). Only an NNEF archive at OUT is replaced.")
 @click.option("-i", "--input", "inputs", multiple=True, metavar="NAME:DIMS:DTYPE",
               help="One model input, in order: e.g. x:1x3x224x224:f32 or ids:2x16:i64 "
                    "(repeat for each input; DIMS 'scalar' for rank 0).")
@@ -201,7 +204,7 @@ def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse
     lo_hi = specs.parse_int_range(int_range)
     if rtol < 0 or atol < 0:
         raise UsageError("--rtol and --atol must be >= 0")
-    _check_output_path(output)
+    _check_output_path(output, keep_failed)
     if spec_list:
         args = specs.make_inputs(spec_list, seed=seed, int_range=lo_hi)
         input_names = names
@@ -227,12 +230,12 @@ def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse
     return EXIT_OK if result is not None else EXIT_CHECK_FAILED
 
 
-def _check_output_path(output: str) -> None:
-    """Fail before tracing (which can take minutes) when OUT cannot be written."""
-    parent = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(parent):
-        what = "is not a directory" if os.path.exists(parent) else "does not exist"
-        raise UsageError(f"cannot write {output}: {parent} {what}")
+def _check_output_path(output: str, keep_failed: str | None = None) -> None:
+    """Fail before tracing (which can take minutes) when OUT (or --keep-failed PATH) cannot
+    be written or holds what t2n may not replace (t2n.output_paths)."""
+    from .staging import check_destination
+
+    check_destination(output, keep_failed)
 
 
 def run_export(module, args, output, *, quiet=False, as_json=False, **kwargs):
@@ -319,7 +322,9 @@ def inspect_cmd(archive, assignments, no_macs, as_json):
 @cli.command("llm")
 @click.argument("model", metavar="MODEL")
 @click.option("-o", "--output", "output", required=True, metavar="OUT",
-              help="Archive to write: OUT.tgz (gzip tar), OUT.tar, or a directory.")
+              help="Archive to write: OUT.tgz (gzip tar), OUT.tar, or a folder (OUT.nnef, "
+                   "no suffix, or any name ending in /). Only an NNEF archive at OUT is "
+                   "replaced.")
 @click.option("--weights", type=click.Choice(["f32", "f16", "q4_0"]), default="f32",
               show_default=True, help="How the archive stores the weights.")
 @click.option("--check", is_flag=True,
@@ -351,7 +356,7 @@ def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, quie
     """
     from . import llm
 
-    _check_output_path(output)
+    _check_output_path(output, keep_failed)
     ids = None
     if prompt is not None:
         try:
@@ -431,11 +436,9 @@ def check_cmd(manifest, jobs, junit_path, json_path, only, keep_dir, trust_pickl
         if unknown:
             raise UsageError(f"--only names unknown model(s): {', '.join(sorted(unknown))}")
         entries = [e for e in entries if e.name in only]
-    for path in (junit_path, json_path):
-        if path:
-            _check_output_path(path)
     if keep_dir and not os.path.isdir(keep_dir):
         raise UsageError(f"--keep {keep_dir}: not a directory")
+    checkrun.check_outputs(entries, keep_dir, junit_path, json_path)
     results = checkrun.run_all(entries, jobs=jobs, keep_dir=keep_dir,
                                trust_pickle=trust_pickle, progress=_err)
     click.echo(checkrun.format_table(results))

@@ -217,3 +217,47 @@ def test_keep_holds_a_failing_archive_under_its_own_name(tmp_path):
     assert r.stdout.splitlines()[-1] == "0 passed, 1 failed, 0 errors", r.output
     assert "MISMATCH" in r.stdout and "archive kept in" in r.stdout, r.output
     assert sorted(p.name for p in keep.iterdir()) == ["tanh.failed.nnef.tar"], r.output
+
+
+@pytest.mark.parametrize("what", ["keep", "junit", "json"])
+def test_paths_the_run_would_write_over_user_files_are_refused(tmp_path, what):
+    # nothing runs and nothing changes: --keep's archives and the reports replace only
+    # what t2n wrote there before (t2n.output_paths)
+    manifest = write_manifest(tmp_path, """
+        [[model]]
+        name = "mlp"
+        model = "cli_models:make_mlp"
+        inputs = ["x:2x8:f32"]
+    """)
+    keep = tmp_path / "kept"
+    keep.mkdir()
+    victim = {"keep": keep / "mlp.nnef.tar", "junit": tmp_path / "junit.xml",
+              "json": tmp_path / "report.json"}[what]
+    victim.write_text("the user's own file\n")
+    args = {"keep": ["--keep", keep], "junit": ["--junit", victim],
+            "json": ["--json", victim]}[what]
+    r = run_cli("check", manifest, *args)
+    assert r.exit_code == 2, r.output
+    assert f"refusing to replace {victim}" in r.stderr and "t2n check: mlp" not in r.stderr
+    assert victim.read_text() == "the user's own file\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["models.toml", "kept"] + ([victim.name] if what != "keep" else []))
+
+
+def test_reports_of_a_previous_run_are_replaced(tmp_path):
+    manifest = write_manifest(tmp_path, """
+        [[model]]
+        name = "mlp"
+        model = "cli_models:make_mlp"
+        inputs = ["x:2x8:f32"]
+    """)
+    keep = tmp_path / "kept"
+    keep.mkdir()
+    args = ["--junit", tmp_path / "junit.xml", "--json", tmp_path / "report.json",
+            "--keep", keep]
+    for _ in range(2):
+        r = run_cli("check", manifest, *args)
+        assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junit.xml", "kept", "models.toml",
+                                                          "report.json"]
+    assert sorted(p.name for p in keep.iterdir()) == ["mlp.nnef.tar"]

@@ -196,3 +196,48 @@ def test_input_specs_make_matching_tensors(spec, shape, dtype):
         assert int(t.min()) >= 5 and int(t.max()) < 7
     (again,) = make_inputs([s], seed=3, int_range=(5, 7))
     assert t.equal(again)  # --seed makes the example inputs reproducible
+
+
+# ---------------------------------------------------------------------------- output paths
+def _listing(root):
+    return sorted((os.path.relpath(os.path.join(d, n), root),
+                   open(os.path.join(d, n), "rb").read() if n in fs else None)
+                  for d, ds, fs in os.walk(root) for n in ds + fs)
+
+
+@pytest.mark.parametrize("case", ["project", "file", "zip", "symlink"])
+def test_export_refuses_what_is_not_an_archive(tmp_path, case):
+    # issue #29: `-o proj` over a user's folder deleted notes.txt and train.py
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "notes.txt").write_text("my notes\n")
+    (proj / "train.py").write_text("print('train')\n")
+    out, words = {"project": (proj, ["notes.txt, train.py"]),
+                  "file": (proj / "notes.txt", ["notes.txt/", "slash"]),
+                  "zip": (tmp_path / "m.zip", [f"{tmp_path / 'm.zip'}/", "slash"]),
+                  "symlink": (tmp_path / "link.nnef", ["symbolic link"])}[case]
+    if case == "symlink":
+        os.symlink(proj, out)
+    before = _listing(tmp_path)
+    r = run_cli("export", "cli_models:make_mlp", "-o", out, "--input", "x:3x8:f32")
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith(f"t2n: error: ") and str(out) in r.stderr, r.stderr
+    for w in words:
+        assert w in r.stderr, (w, r.stderr)
+    assert _listing(tmp_path) == before
+
+
+def test_export_with_a_trailing_slash_writes_a_folder(tmp_path):
+    r = run_cli("export", "cli_models:make_mlp", "-o", f"{tmp_path / 'm.zip'}/",
+                "--input", "x:3x8:f32", "--check")
+    assert r.exit_code == 0, r.output
+    assert "graph.nnef" in os.listdir(tmp_path / "m.zip")
+
+
+def test_keep_failed_refuses_a_user_file(tmp_path):
+    (tmp_path / "debug.tar").write_text("mine")
+    r = run_cli("export", "cli_models:make_mlp", "-o", tmp_path / "m.tar", "--input",
+                "x:3x8:f32", "--check", "--keep-failed", tmp_path / "debug.tar")
+    assert r.exit_code == 2 and str(tmp_path / "debug.tar") in r.stderr, r.output
+    assert sorted(os.listdir(tmp_path)) == ["debug.tar"]
+    assert (tmp_path / "debug.tar").read_text() == "mine"

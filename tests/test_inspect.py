@@ -103,3 +103,24 @@ def test_inspect_names_q4_0_weights(tmp_path):
     t2n.export(lin, (torch.randn(2, 64),), path, weights="q4_0")
     fmts = inspect_archive(path, macs=False).by_format()
     assert fmts["q4_0"]["params"] == 64 * 8 and "q8_1" not in fmts, fmts
+
+
+def test_member_climbing_out_of_the_archive_is_refused(tmp_path, monkeypatch):
+    # the MAC count unpacks a tar into a temporary folder: a crafted member name such as
+    # ../escape.dat must not write beside it
+    import io
+    import tarfile
+    import tempfile
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(work))  # the unpacking folder goes here
+    graph = b"version 1.0;\nextension tract_registry tract_core;\ngraph g(x) -> (x) { }\n"
+    with tarfile.open(work / "evil.tar", "w") as t:
+        for name, data in (("graph.nnef", graph), ("../escape.dat", b"\0" * 128)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    with pytest.raises(t2n.UsageError, match="outside the archive"):
+        inspect_archive(str(work / "evil.tar"))
+    assert sorted(p.name for p in work.iterdir()) == ["evil.tar"]
