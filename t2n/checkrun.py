@@ -266,9 +266,9 @@ def _convert(e: dict) -> dict:
     names = None
     if isinstance(inputs, list):
         parsed = [specs.parse_input_spec(s) for s in inputs]
-        args = specs.make_inputs(parsed, seed=e["seed"],
-                                 int_range=specs.parse_int_range(e["int_range"]))
         names = [p.name for p in parsed]
+        whole, per_input = specs.parse_int_ranges(e["int_range"], names)
+        args = specs.make_inputs(parsed, seed=e["seed"], int_range=whole, per_input=per_input)
     elif isinstance(inputs, str) and inputs.lower().endswith(".npz"):
         names, args = specs.load_npz(inputs)
     elif isinstance(inputs, str):
@@ -283,7 +283,7 @@ def _convert(e: dict) -> dict:
             raise UsageError(f"inputs {inputs}() must return a tensor, a tuple of tensors or "
                              "a dict of named tensors")
     elif example is not None:
-        args = example
+        args, names = example, specs.example_names(example)
     else:
         raise UsageError("no inputs: give inputs = [\"x:1x3x224x224:f32\", ...]")
     dyn = specs.dynamic_axes_from(e["dynamic"], names or [f"input_{i}"

@@ -140,8 +140,10 @@ def cli(debug: bool):
                    "example length).")
 @click.option("--output-name", "output_names", multiple=True, metavar="NAME",
               help="Name of each output, in order (default output_0, output_1, ...).")
-@click.option("--int-range", default="0:10", show_default=True, metavar="LO:HI",
-              help="Integer example inputs are drawn from [LO, HI).")
+@click.option("--int-range", "int_range", multiple=True, metavar="[NAME=]LO:HI",
+              help="Integer example inputs are drawn from [LO, HI) (default 0:10); "
+                   "NAME=LO:HI sets one input's range, e.g. --int-range ids=0:1000 "
+                   "--int-range mask=0:2 (repeatable).")
 @click.option("--seed", default=0, show_default=True, type=int,
               help="Seed of the random example inputs.")
 @click.option("--rtol", default=1e-4, show_default=True, type=float,
@@ -180,8 +182,9 @@ def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse
     """Export MODEL to an NNEF archive that tract runs.
 
     MODEL is a TorchScript file saved with torch.jit.save, or package.module:callable
-    naming a function (or class) that returns an nn.Module, or (nn.Module, example_args).
-    The current directory is importable.
+    naming a function (or class) that returns an nn.Module, or (nn.Module, example_args)
+    with example_args a tensor, a tuple of tensors or a dict of named tensors (its keys are
+    the input names). The current directory is importable.
 
     Example inputs are random tensors made from the --input specs (one per forward()
     argument, in order); they are only needed for tracing and --check, the archive has the
@@ -191,7 +194,8 @@ def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse
     Examples:
       t2n export resnet.pt -o resnet.nnef.tar --input x:1x3x224x224:f32 --check
       t2n export mypkg.models:make_mlp -o mlp.nnef.tar --input x:8x64:f32 --dynamic x:0=B
-      t2n export mypkg.lm:build -o lm.nnef.tar --input ids:1x16:i64 --int-range 0:1000
+      t2n export mypkg.lm:build -o lm.nnef.tar --input ids:1x16:i64 --input mask:1x16:i64 \
+          --int-range ids=0:1000 --int-range mask=0:2
       t2n export mypkg.kws:build -o kws.nnef.tar --input x:1x40x64:f32 --dynamic x:2=S \
           --stream S --pulse 8 --check
     """
@@ -201,12 +205,12 @@ def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse
     names = [s.name for s in spec_list]
     if len(set(names)) != len(names):
         raise UsageError(f"input names must be unique: {', '.join(names)}")
-    lo_hi = specs.parse_int_range(int_range)
+    lo_hi, per_input = specs.parse_int_ranges(int_range, names)
     if rtol < 0 or atol < 0:
         raise UsageError("--rtol and --atol must be >= 0")
     _check_output_path(output, keep_failed)
     if spec_list:
-        args = specs.make_inputs(spec_list, seed=seed, int_range=lo_hi)
+        args = specs.make_inputs(spec_list, seed=seed, int_range=lo_hi, per_input=per_input)
         input_names = names
     else:
         args = None
@@ -217,7 +221,8 @@ def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse
             raise UsageError("give one --input NAME:DIMS:DTYPE per model input, e.g. "
                              "--input x:1x3x224x224:f32")
         args = example
-    dyn_names = input_names or [f"input_{i}" for i in range(len(args))]
+    dyn_names = input_names or specs.example_names(args) or [f"input_{i}"
+                                                             for i in range(len(args))]
     dynamic_axes = specs.dynamic_axes_from(dynamic, dyn_names)
     result = run_export(module, args, output, input_names=input_names,
                         output_names=list(output_names) or None, dynamic_axes=dynamic_axes,
