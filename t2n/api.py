@@ -336,6 +336,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     g, inputs, handles, out_names = built.graph, built.inputs, built.outputs, built.output_names
     tgt.lower(g)
 
+    from .archive_info import archive_ops
     from .progress import Bar, for_export
     from .writer import write
 
@@ -352,7 +353,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
             inputs=[TensorInfo(t.name, list(t.shape), dtypes.tract_name(t.dtype)) for t in inputs],
             outputs=[TensorInfo(n, list(t.shape), dtypes.tract_name(t.dtype))
                      for n, t in zip(out_names, handles)],
-            op_histogram=g.op_histogram(), archive_bytes=size,
+            op_histogram=archive_ops(work), archive_bytes=size,  # t2n inspect's count
             export_seconds=time.perf_counter() - t0,
             warnings=list(g.warnings) + [f"tracer: {w.splitlines()[0]}" for w in
                                          built.tracer_warnings],
