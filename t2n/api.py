@@ -263,10 +263,11 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     """Export ``model`` run on ``args`` to the NNEF archive ``f`` for tract.
 
     ``f`` ending in ``.tgz``/``.tar.gz`` gives a gzip tar, ``.tar`` a tar, ``.nnef``, no
-    suffix or a trailing ``/`` a folder; another suffix (``m.zip``) is refused. What is at
-    ``f`` is replaced only when it is an NNEF archive (or an empty folder): a user's folder,
-    file or symbolic link raises :class:`OutputPathError` before the trace, nothing changed
-    (:mod:`t2n.output_paths`). With ``check=True`` the archive is run in tract (in a child process) on
+    suffix or a trailing ``/`` a folder; another suffix (``m.zip``) is refused, and so is a
+    user's folder, file or symbolic link at ``f``: only an NNEF archive is replaced
+    (:class:`OutputPathError` before the trace, nothing changed; :mod:`t2n.output_paths`).
+
+    With ``check=True`` the archive is run in tract (in a child process) on
     ``args`` and compared with PyTorch; a mismatch raises :class:`CheckFailedError`. The
     archive reaches ``f`` only when the export succeeds, check included: after a failed
     check or any error, ``f`` holds what it held before (:mod:`t2n.staging`); the option

@@ -3,9 +3,10 @@
 ``python -m t2n.tract_cost ARCHIVE '{"B": 1}'`` (run by :func:`profile_in_child`) loads the
 archive in tract, binds the symbols, profiles one run on zero inputs and prints JSON: the
 sum of the FMA costs tract attributes to its nodes (multiply-accumulates), the output
-facts (with their symbols, as the archive declares them: ``Bx1000``), and how many nodes of each op the optimised model runs (``ops``: ``OptMatMulPack``
-nodes beside the ``OptMatMul`` ones are packings done at every run). A separate process,
-because tract aborts its process on a Rust panic.
+facts (with their symbols, as the archive declares them: ``Bx1000``), and how many nodes
+of each op the optimised model runs (``ops``: ``OptMatMulPack`` nodes beside the
+``OptMatMul`` ones are packings done at every run). A separate process, because tract
+aborts its process on a Rust panic.
 """
 
 from __future__ import annotations
