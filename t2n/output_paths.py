@@ -52,10 +52,14 @@ def output_kind(path) -> str:
         return TAR
     if base.endswith(".nnef") or "." not in base.strip(".") or base in (".", ".."):
         return DIR
-    raise OutputPathError(
-        text, f"cannot write {text}: t2n writes OUT.tar (tar), OUT.tgz or OUT.tar.gz (gzip "
-        f"tar) or a folder (OUT.nnef or a name without a suffix); to write a folder named "
-        f"{os.path.basename(text)}, end the path with a slash: {text}{os.sep}")
+    raise OutputPathError(text, _unknown_suffix(text))
+
+
+def _unknown_suffix(text: str, in_the_way: str = "") -> str:
+    return (f"cannot write {text}: t2n writes OUT.tar (tar), OUT.tgz or OUT.tar.gz (gzip tar) "
+            f"or a folder (OUT.nnef or a name without a suffix); to write a folder named "
+            f"{os.path.basename(text)}, end the path with a slash: {text}{os.sep}"
+            f"{in_the_way} (nothing was changed)")
 
 
 def asks_for_folder(path) -> bool:
@@ -67,9 +71,16 @@ def asks_for_folder(path) -> bool:
 def check_output(path, kind: str | None = None) -> str:
     """Fail fast: the kind of archive ``path`` names, or :class:`OutputPathError` when its
     folder is missing or what is at the path is not t2n's to replace. Changes nothing."""
-    kind = kind or output_kind(path)
     text = os.fspath(path)
     full = os.path.abspath(text)
+    try:
+        kind = kind or output_kind(path)
+    except OutputPathError:
+        if os.path.lexists(full):  # say what is in the way too
+            reason = refusal(full, DIR if os.path.isdir(full) else TAR)
+            what = f"; {text} " + (reason.removeprefix("it ") if reason else "exists")
+            raise OutputPathError(text, _unknown_suffix(text, what)) from None
+        raise
     parent = os.path.dirname(full)
     if not os.path.isdir(parent):
         what = "is not a directory" if os.path.lexists(parent) else "does not exist"

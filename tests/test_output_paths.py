@@ -77,6 +77,14 @@ def test_unknown_suffix_is_refused_before_the_trace(tmp_path, name, monkeypatch)
     assert calls == [] and list(tmp_path.iterdir()) == []
 
 
+def test_unknown_suffix_over_a_user_file_names_it(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    msg = _refuses(tmp_path / "notes.txt", tmp_path, "slash",
+                   f"{tmp_path / 'notes.txt'} is an existing file that is not an NNEF "
+                   "tar archive")
+    assert msg.startswith(f"cannot write {tmp_path / 'notes.txt'}")
+
+
 def test_trailing_slash_asks_for_a_folder_of_any_name(tmp_path):
     r = _export(f"{tmp_path / 'm.zip'}{os.sep}", check=True)
     assert r.passed and sorted(os.listdir(tmp_path / "m.zip")) == ["fc.bias.dat",
