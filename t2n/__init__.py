@@ -20,6 +20,7 @@ _LAZY = {
     "check_archive": ("t2n.api", "check_archive"),
     "T2NError": ("t2n.errors", "T2NError"),
     "UsageError": ("t2n.errors", "UsageError"),
+    "OutputPathError": ("t2n.errors", "OutputPathError"),
     "ModelLoadError": ("t2n.errors", "ModelLoadError"),
     "TraceError": ("t2n.errors", "TraceError"),
     "ConversionError": ("t2n.errors", "ConversionError"),

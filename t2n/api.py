@@ -16,7 +16,7 @@ from .capture import capture, load_torchscript
 from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck, compare
 from .eager import torch_outputs
 from .errors import CheckFailedError, TractError, UsageError
-from .staging import staged
+from .staging import check_destination, staged
 from .targets import get_target
 from .walker import Walker
 from .stopwatch import phase, timed, timed_export
@@ -280,8 +280,12 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
            **options) -> ExportResult:
     """Export ``model`` run on ``args`` to the NNEF archive ``f`` for tract.
 
-    ``f`` ending in ``.tgz``/``.tar.gz`` gives a gzip tar, ``.tar`` a tar, anything else a
-    directory. With ``check=True`` the archive is run in tract (in a child process) on
+    ``f`` ending in ``.tgz``/``.tar.gz`` gives a gzip tar, ``.tar`` a tar, ``.nnef``, no
+    suffix or a trailing ``/`` a folder; another suffix (``m.zip``) is refused, and so is a
+    user's folder, file or symbolic link at ``f``: only an NNEF archive is replaced
+    (:class:`OutputPathError` before the trace, nothing changed; :mod:`t2n.output_paths`).
+
+    With ``check=True`` the archive is run in tract (in a child process) on
     ``args`` and compared with PyTorch; a mismatch raises :class:`CheckFailedError`. The
     archive reaches ``f`` only when the export succeeds, check included: after a failed
     check or any error, ``f`` holds what it held before (:mod:`t2n.staging`); the option
@@ -344,9 +348,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     _check_options(options)
     options["weights"] = weight_formats.check_format(weights)
     bf16_as = compute_dtype.resolve(dtype, model, args)
-    if not os.path.isdir(os.path.dirname(os.path.abspath(f))):
-        raise UsageError(f"cannot write {f}: directory {os.path.dirname(os.path.abspath(f))} "
-                         "does not exist")
+    check_destination(f, options.get("keep_failed"))  # t2n.output_paths: never a user's file
     built = _build(model, binding, output_names, dynamic_axes, options,
                    (streaming, pulse) if streaming is not None or pulse is not None else None,
                    target=tgt.name, capture_with=_capture_mode(capture), bf16_as=bf16_as)
@@ -354,6 +356,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     with phase("lower"):
         tgt.lower(g)
 
+    from .archive_info import archive_ops
     from .progress import Bar, for_export
     from .writer import write
 
@@ -370,7 +373,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
             inputs=[TensorInfo(t.name, list(t.shape), dtypes.tract_name(t.dtype)) for t in inputs],
             outputs=[TensorInfo(n, list(t.shape), dtypes.tract_name(t.dtype))
                      for n, t in zip(out_names, handles)],
-            op_histogram=g.op_histogram(), archive_bytes=size,
+            op_histogram=archive_ops(work), archive_bytes=size,  # t2n inspect's count
             export_seconds=time.perf_counter() - t0,
             warnings=list(g.warnings) + [f"tracer: {w.splitlines()[0]}" for w in
                                          built.tracer_warnings],

@@ -30,6 +30,7 @@ _TRACT_TYPES = {0x1000: "string", 0x2040: "q4_0", 0x3040: "q4_0", 0x3080: "q8_1"
 _STATEMENT = re.compile(r"^\s*(\(?[\w\s,]+\)?)\s*=\s*([A-Za-z_][\w<>]*)\s*\(", re.M)
 _EXTERNAL = re.compile(r"^\s*(\w+)\s*=\s*(?:external<(\w+)>|tract_core_external)\s*\((.*)\)\s*;",
                        re.M)
+_GRAPH_START = re.compile(r"^\s*graph\s+\w+\s*\([^)]*\)\s*->\s*\([^)]*\)", re.M)
 _GRAPH = re.compile(r"graph\s+\w+\s*\(([^)]*)\)\s*->\s*\(([^)]*)\)")
 
 
@@ -119,7 +120,8 @@ def inspect_archive(path: str, symbols: dict[str, int] | None = None,
     dialect = "tract" if re.search(r"^\s*extension\s+tract_", text, re.M) else "khronos"
     syms = re.findall(r"^\s*extension\s+tract_symbol\s+(\w+)\s*;", text, re.M)
     info = ArchiveInfo(path=path, dialect=dialect, archive_bytes=_size(path), symbols=syms,
-                       inputs=_inputs(text), outputs=_outputs(text), op_histogram=_ops(text))
+                       inputs=_inputs(text), outputs=_outputs(text),
+                       op_histogram=count_ops(text))
     for name, read_head in sorted(members.items()):
         if name.endswith(".dat"):
             info.weights.append(_weight(name[:-4], read_head(128)))
@@ -189,25 +191,44 @@ _FRAGMENT = re.compile(r"^\s*fragment\s+(\w+)\s*\([^{]*\{([^}]*)\}", re.M)
 _DECLARATIONS = ("external", "variable", "tract_core_external")
 
 
-def _ops(text: str) -> dict[str, int]:
-    """Ops of the graph body by kind. A call of a fragment whose body is one op (the writer's
-    shallow spelling, t2n.shallow_text) counts as that op; a call declaring a weight not at
-    all. Other fragments count once by their name, and their body's ops once each."""
+def count_ops(text: str) -> dict[str, int]:
+    """The op histogram of a ``graph.nnef``: THE count of t2n (``t2n export``'s report and
+    ``ExportResult.op_histogram`` read the archive they wrote with it, ``t2n inspect`` any
+    archive), so both always agree.
+
+    Each statement of the graph body is one op, by the name it calls: a fragment is one op
+    (``t2n_gelu``, a composed ``t2n_linear3_f32``), as tract's loader makes it one node, its
+    body ops not counted again; a call of a fragment whose body is a single op (the writer's
+    shallow spelling, :mod:`t2n.shallow_text`) counts as that op; declarations (``external``,
+    ``variable``, and fragments that only declare a weight) are not ops. Lines the writer
+    adds around weights and outputs (a cast of a stored weight back to its dtype, an output
+    ``copy``) are ops of the archive and count."""
     single: dict[str, str] = {}
     for name, body in _FRAGMENT.findall(text):
         kinds = [k for _, k in _STATEMENT.findall(body)]
         if len(kinds) == 1:
             single[name] = kinds[0]
-    body = text[text.find("{") + 1:] if "{" in text else text
+    m = _GRAPH_START.search(text)
+    body = text[m.end():] if m else ""
     kinds = Counter()
     for _, k in _STATEMENT.findall(body):
         k = single.get(k, k)
         if k.split("<")[0] not in _DECLARATIONS:
             kinds[k] += 1
-    for name, kind in single.items():  # the body of a one-op fragment: counted per call
-        if kind.split("<")[0] not in _DECLARATIONS:
-            kinds[kind] -= 1
-    return dict(sorted((k, n) for k, n in kinds.items() if n > 0))
+    return dict(sorted(kinds.items()))
+
+
+def archive_ops(path: str) -> dict[str, int]:
+    """:func:`count_ops` of the archive at ``path`` (folder, .tar or .tgz), reading its
+    ``graph.nnef`` only (the first member of t2n's tar archives)."""
+    if os.path.isdir(path):
+        with open(os.path.join(path, "graph.nnef"), "rb") as f:
+            return count_ops(f.read().decode("utf-8", "replace"))
+    with tarfile.open(path, "r:*") as tar:
+        for m in tar:
+            if m.name in ("graph.nnef", "./graph.nnef"):
+                return count_ops(tar.extractfile(m).read().decode("utf-8", "replace"))
+    raise UsageError(f"{path}: no graph.nnef at the archive root: not an NNEF archive")
 
 
 def _weight(label: str, head: bytes) -> WeightInfo:
@@ -238,8 +259,13 @@ def _count_macs(info: ArchiveInfo, path: str, members: dict, symbols: dict[str, 
 
 
 def _unpack(members: dict, d: str) -> str:
+    """Write the members under ``d`` only: a name climbing out of it (``../x``, ``/x``)
+    is refused, so a crafted archive cannot write elsewhere."""
     for name, read in members.items():
-        target = os.path.join(d, *name.split("/"))
+        parts = name.split("/")
+        if name.startswith("/") or ".." in parts:
+            raise UsageError(f"archive member {name!r} points outside the archive")
+        target = os.path.join(d, *parts)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         with open(target, "wb") as f:
             f.write(read())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -56,15 +57,41 @@ def run_all(entries, jobs: int = 1, keep_dir: str | None = None, trust_pickle: b
             return list(pool.map(one, entries))
 
 
+def _safe_name(entry) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in entry.name)
+
+
+def archive_paths(entry, out_dir: str) -> tuple[str, str]:
+    """Where ``--keep DIR`` puts an entry's archive, and its archive when it fails."""
+    safe = _safe_name(entry)
+    return (os.path.join(out_dir, f"{safe}.nnef.tar"),
+            os.path.join(out_dir, f"{safe}.failed.nnef.tar"))
+
+
+def check_outputs(entries, keep_dir: str | None, junit_path: str | None,
+                  json_path: str | None) -> None:
+    """Fail fast, before any model runs: every path the run would write is free or holds
+    what t2n wrote there before (t2n.output_paths); else OutputPathError naming it."""
+    from .output_paths import check_report
+    from .staging import check_destination
+
+    for path, looks_ours in ((junit_path, _junit_looks_ours), (json_path, _json_looks_ours)):
+        if path:
+            check_report(path, looks_ours)
+    if keep_dir:
+        for entry in entries:
+            check_destination(*archive_paths(entry, keep_dir))
+
+
 def run_entry(entry, work: str, out_dir: str, trust_pickle: bool = False) -> EntryResult:
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in entry.name)
+    safe = _safe_name(entry)
     spec_path = os.path.join(work, f"{safe}.entry.json")
     result_path = os.path.join(work, f"{safe}.result.json")
     data = entry.to_json()
     data["trust_pickle"] = bool(data.get("trust_pickle") or trust_pickle)
-    data["out"] = os.path.join(out_dir, f"{safe}.nnef.tar")
+    data["out"], failed = archive_paths(entry, out_dir)
     if out_dir != work:  # --keep: a failing archive is kept too, under its own name
-        data["keep_failed"] = os.path.join(out_dir, f"{safe}.failed.nnef.tar")
+        data["keep_failed"] = failed
     with open(spec_path, "w") as f:
         json.dump(data, f)
     env = dict(os.environ)
@@ -160,32 +187,35 @@ def write_junit(results: list[EntryResult], path: str) -> None:
                       failures=suite.get("failures"), errors=suite.get("errors"),
                       time=suite.get("time"))
     root.append(suite)
-    _atomic_write(path, ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n")
+    _write_report(path, ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n",
+                  _junit_looks_ours)
 
 
 def write_json(results: list[EntryResult], path: str) -> None:
     data = {"passed": all(r.status == "pass" for r in results),
             "models": [r.to_json() for r in results]}
-    _atomic_write(path, (json.dumps(data, indent=2) + "\n").encode())
+    _write_report(path, (json.dumps(data, indent=2) + "\n").encode(), _json_looks_ours)
 
 
 def _xml_safe(text: str) -> str:
     return "".join(c for c in text if c in "\t\n\r" or ord(c) >= 0x20)
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    from .errors import UsageError
+def _junit_looks_ours(head: bytes) -> bool:
+    """A JUnit report t2n wrote (write_junit): its root is <testsuites name="t2n" ...>."""
+    return b'<testsuites name="t2n"' in head
 
-    path = os.path.abspath(path)
-    tmp = path + ".partial"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+
+def _json_looks_ours(head: bytes) -> bool:
+    """A JSON report t2n wrote (write_json): {"passed": ..., "models": [...]}."""
+    return re.match(rb'\{\s*"passed": (true|false),\s*"models": \[', head) is not None
+
+
+def _write_report(path: str, data: bytes, looks_ours) -> None:
+    """Atomically; an existing file only if it is a report t2n wrote (t2n.output_paths)."""
+    from .output_paths import write_report
+
+    write_report(path, data, looks_ours)
 
 
 # ---------------------------------------------------------------------------- child side
@@ -236,9 +266,9 @@ def _convert(e: dict) -> dict:
     names = None
     if isinstance(inputs, list):
         parsed = [specs.parse_input_spec(s) for s in inputs]
-        args = specs.make_inputs(parsed, seed=e["seed"],
-                                 int_range=specs.parse_int_range(e["int_range"]))
         names = [p.name for p in parsed]
+        whole, per_input = specs.parse_int_ranges(e["int_range"], names)
+        args = specs.make_inputs(parsed, seed=e["seed"], int_range=whole, per_input=per_input)
     elif isinstance(inputs, str) and inputs.lower().endswith(".npz"):
         names, args = specs.load_npz(inputs)
     elif isinstance(inputs, str):
@@ -253,7 +283,7 @@ def _convert(e: dict) -> dict:
             raise UsageError(f"inputs {inputs}() must return a tensor, a tuple of tensors or "
                              "a dict of named tensors")
     elif example is not None:
-        args = example
+        args, names = example, specs.example_names(example)
     else:
         raise UsageError("no inputs: give inputs = [\"x:1x3x224x224:f32\", ...]")
     dyn = specs.dynamic_axes_from(e["dynamic"], names or [f"input_{i}"

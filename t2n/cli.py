@@ -11,7 +11,9 @@ Exit codes (the same for every subcommand):
 - 130: interrupted (Ctrl-C); no partial output is left behind
 
 The archive reaches OUT only when the export succeeds, its check included: after a failed
-check or an error OUT keeps what it held before.
+check or an error OUT keeps what it held before. OUT (and --keep-failed PATH, --keep DIR's
+archives, --junit/--json reports) replaces only what t2n wrote there before: a user's folder
+or file is refused with exit code 2, nothing changed (t2n.output_paths).
 
 Errors are printed as one ``t2n: error: ...`` line on stderr (a list of unsupported ops
 adds one indented line per op), never as a Python traceback unless ``--debug`` is given.
@@ -120,7 +122,8 @@ def cli(debug: bool):
 @click.argument("model", metavar="MODEL")
 @click.option("-o", "--output", "output", required=True, metavar="OUT",
               help="Archive to write: OUT.tar (tar, loads fastest), OUT.tgz (gzip tar: "
-                   "decompressed at every load), or a directory.")
+                   "decompressed at every load), or a folder (OUT.nnef, no suffix, or any "
+                   "name ending in /). Only an NNEF archive at OUT is replaced.")
 @click.option("-i", "--input", "inputs", multiple=True, metavar="NAME:DIMS:DTYPE",
               help="One model input, in order: e.g. x:1x3x224x224:f32 or ids:2x16:i64 "
                    "(repeat for each input; DIMS 'scalar' for rank 0).")
@@ -141,8 +144,10 @@ def cli(debug: bool):
                    "example length).")
 @click.option("--output-name", "output_names", multiple=True, metavar="NAME",
               help="Name of each output, in order (default output_0, output_1, ...).")
-@click.option("--int-range", default="0:10", show_default=True, metavar="LO:HI",
-              help="Integer example inputs are drawn from [LO, HI).")
+@click.option("--int-range", "int_range", multiple=True, metavar="[NAME=]LO:HI",
+              help="Integer example inputs are drawn from [LO, HI) (default 0:10); "
+                   "NAME=LO:HI sets one input's range, e.g. --int-range ids=0:1000 "
+                   "--int-range mask=0:2 (repeatable).")
 @click.option("--seed", default=0, show_default=True, type=int,
               help="Seed of the random example inputs.")
 @click.option("--rtol", default=1e-4, show_default=True, type=float,
@@ -181,8 +186,9 @@ def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse
     """Export MODEL to an NNEF archive that tract runs.
 
     MODEL is a TorchScript file saved with torch.jit.save, or package.module:callable
-    naming a function (or class) that returns an nn.Module, or (nn.Module, example_args).
-    The current directory is importable.
+    naming a function (or class) that returns an nn.Module, or (nn.Module, example_args)
+    with example_args a tensor, a tuple of tensors or a dict of named tensors (its keys are
+    the input names). The current directory is importable.
 
     Example inputs are random tensors made from the --input specs (one per forward()
     argument, in order); they are only needed for tracing and --check, the archive has the
@@ -192,7 +198,8 @@ def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse
     Examples:
       t2n export resnet.pt -o resnet.nnef.tar --input x:1x3x224x224:f32 --check
       t2n export mypkg.models:make_mlp -o mlp.nnef.tar --input x:8x64:f32 --dynamic x:0=B
-      t2n export mypkg.lm:build -o lm.nnef.tar --input ids:1x16:i64 --int-range 0:1000
+      t2n export mypkg.lm:build -o lm.nnef.tar --input ids:1x16:i64 --input mask:1x16:i64 \
+          --int-range ids=0:1000 --int-range mask=0:2
       t2n export mypkg.kws:build -o kws.nnef.tar --input x:1x40x64:f32 --dynamic x:2=S \
           --stream S --pulse 8 --check
     """
@@ -202,12 +209,12 @@ def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse
     names = [s.name for s in spec_list]
     if len(set(names)) != len(names):
         raise UsageError(f"input names must be unique: {', '.join(names)}")
-    lo_hi = specs.parse_int_range(int_range)
+    lo_hi, per_input = specs.parse_int_ranges(int_range, names)
     if rtol < 0 or atol < 0:
         raise UsageError("--rtol and --atol must be >= 0")
-    _check_output_path(output)
+    _check_output_path(output, keep_failed)
     if spec_list:
-        args = specs.make_inputs(spec_list, seed=seed, int_range=lo_hi)
+        args = specs.make_inputs(spec_list, seed=seed, int_range=lo_hi, per_input=per_input)
         input_names = names
     else:
         args = None
@@ -218,7 +225,8 @@ def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse
             raise UsageError("give one --input NAME:DIMS:DTYPE per model input, e.g. "
                              "--input x:1x3x224x224:f32")
         args = example
-    dyn_names = input_names or [f"input_{i}" for i in range(len(args))]
+    dyn_names = input_names or specs.example_names(args) or [f"input_{i}"
+                                                             for i in range(len(args))]
     dynamic_axes = specs.dynamic_axes_from(dynamic, dyn_names)
     result = run_export(module, args, output, input_names=input_names,
                         output_names=list(output_names) or None, dynamic_axes=dynamic_axes,
@@ -231,12 +239,12 @@ def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse
     return EXIT_OK if result is not None else EXIT_CHECK_FAILED
 
 
-def _check_output_path(output: str) -> None:
-    """Fail before tracing (which can take minutes) when OUT cannot be written."""
-    parent = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(parent):
-        what = "is not a directory" if os.path.exists(parent) else "does not exist"
-        raise UsageError(f"cannot write {output}: {parent} {what}")
+def _check_output_path(output: str, keep_failed: str | None = None) -> None:
+    """Fail before tracing (which can take minutes) when OUT (or --keep-failed PATH) cannot
+    be written or holds what t2n may not replace (t2n.output_paths)."""
+    from .staging import check_destination
+
+    check_destination(output, keep_failed)
 
 
 def run_export(module, args, output, *, quiet=False, as_json=False, **kwargs):
@@ -323,7 +331,9 @@ def inspect_cmd(archive, assignments, no_macs, as_json):
 @cli.command("llm")
 @click.argument("model", metavar="MODEL")
 @click.option("-o", "--output", "output", required=True, metavar="OUT",
-              help="Archive to write: OUT.tgz (gzip tar), OUT.tar, or a directory.")
+              help="Archive to write: OUT.tgz (gzip tar), OUT.tar, or a folder (OUT.nnef, "
+                   "no suffix, or any name ending in /). Only an NNEF archive at OUT is "
+                   "replaced.")
 @click.option("--weights", type=click.Choice(["f32", "f16", "q4_0"]), default="f32",
               show_default=True, help="How the archive stores the weights.")
 @click.option("--check", is_flag=True,
@@ -359,7 +369,7 @@ def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, all_
     """
     from . import llm
 
-    _check_output_path(output)
+    _check_output_path(output, keep_failed)
     ids = None
     if prompt is not None:
         try:
@@ -439,11 +449,9 @@ def check_cmd(manifest, jobs, junit_path, json_path, only, keep_dir, trust_pickl
         if unknown:
             raise UsageError(f"--only names unknown model(s): {', '.join(sorted(unknown))}")
         entries = [e for e in entries if e.name in only]
-    for path in (junit_path, json_path):
-        if path:
-            _check_output_path(path)
     if keep_dir and not os.path.isdir(keep_dir):
         raise UsageError(f"--keep {keep_dir}: not a directory")
+    checkrun.check_outputs(entries, keep_dir, junit_path, json_path)
     results = checkrun.run_all(entries, jobs=jobs, keep_dir=keep_dir,
                                trust_pickle=trust_pickle, progress=_err)
     click.echo(checkrun.format_table(results))

@@ -40,6 +40,8 @@ _FROM_NAME.update({"float32": torch.float32, "float": torch.float32, "float16": 
                    "int64": torch.int64, "long": torch.int64, "int32": torch.int32,
                    "int": torch.int32, "int16": torch.int16, "int8": torch.int8,
                    "uint8": torch.uint8, "bool": torch.bool})
+_FROM_NAME.update({f"uint{v[0][1:]}": k for k, v in _TABLE.items()
+                   if k not in QUANTIZED and v[0][0] == "u"})
 
 
 def supported(dtype: torch.dtype) -> bool:
@@ -71,8 +73,22 @@ def from_name(name: str) -> torch.dtype:
     try:
         return _FROM_NAME[name.lower()]
     except KeyError:
-        known = ", ".join(sorted(v[0] for v in _TABLE.values()))
-        raise ValueError(f"unknown dtype {name!r} (known: {known})") from None
+        raise ValueError(f"unknown dtype {name!r}{_did_you_mean(name)} (known: "
+                         f"{', '.join(_SHORT_NAMES)})") from None
+
+
+# each dtype once, by its short name: floats, signed, unsigned, bool, each by size
+_SHORT_NAMES = sorted({v[0] for k, v in _TABLE.items() if k not in QUANTIZED},
+                      key=lambda n: ("fiub".index(n[0]), int(n[1:]) if n[1:].isdigit() else 0))
+
+
+def _did_you_mean(name: str) -> str:
+    """``; did you mean 'f32'?`` for the closest spelling t2n knows (aliases included),
+    given as its short name; empty when nothing is close."""
+    import difflib
+
+    close = difflib.get_close_matches(name.lower(), list(_FROM_NAME), n=1)
+    return f"; did you mean {tract_name(_FROM_NAME[close[0]])!r}?" if close else ""
 
 
 def is_float(dtype: torch.dtype) -> bool:

@@ -17,6 +17,15 @@ class UsageError(T2NError):
     """Bad arguments: names, input specs, dynamic axes, output paths."""
 
 
+class OutputPathError(UsageError):
+    """The output path holds something t2n may not replace (a user's folder or file, a
+    symbolic link), or names no archive kind t2n writes (:mod:`t2n.output_paths`)."""
+
+    def __init__(self, path: str, message: str):
+        self.path = path
+        super().__init__(message)
+
+
 class ModelLoadError(T2NError):
     """The model file is missing, corrupt, or of a kind t2n refuses to load."""
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .errors import CheckFailedError, ModelLoadError, T2NError, TractError, UsageError
-from .staging import staged
+from .staging import check_destination, staged
 
 DEFAULT_NEW_TOKENS = 16
 PROMPT_LENGTH = 8
@@ -381,6 +381,7 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     if not isinstance(f, (str, os.PathLike)):
         raise UsageError("f must be a path")
     f = os.fspath(f)
+    check_destination(f, keep_failed)  # before loading: never a user's file (t2n.output_paths)
     model = load_causal_lm(model)
     if not isinstance(model, torch.nn.Module):
         raise ModelLoadError(f"MODEL gave a {type(model).__name__}, not an nn.Module")

@@ -6,14 +6,16 @@
     name = "resnet18"                        # required, unique
     model = "fixtures.models:make_resnet18"  # TorchScript file (relative to this file) or
                                              # package.module:callable -> nn.Module
-                                             # (or (nn.Module, example_args))
+                                             # (or (nn.Module, example_args), args a
+                                             # tuple or a dict of named tensors)
     inputs = ["x:1x3x224x224:f32"]           # specs; or "pkg.mod:fn" returning tensors;
                                              # or "inputs.npz" (loaded with allow_pickle=False);
                                              # omit when the callable returns example args
     dynamic = ["x:0=B"]                      # optional dynamic axes
     stream = "S"                             # optional: a streaming export over a dynamic
     pulse = 8                                # symbol, checked chunk by chunk (pulse optional)
-    rtol = 1e-4                              # optional; also atol, seed, int_range = "0:10",
+    rtol = 1e-4                              # optional; also atol, seed, int_range = "0:10"
+                                             # (or ["0:1000", "mask=0:2"]: per input),
                                              # output_names = [...], timeout (seconds)
 
 Parsing validates every field and rejects unknown keys (a typo must not silently turn a
@@ -48,7 +50,7 @@ class ModelEntry:
     rtol: float = 1e-4
     atol: float = 1e-5
     seed: int = 0
-    int_range: str = "0:10"
+    int_range: list[str] = field(default_factory=lambda: ["0:10"])  # [NAME=]LO:HI each
     output_names: list[str] | None = None
     timeout: float = 900.0
     trust_pickle: bool = False
@@ -132,11 +134,15 @@ def _entry(m: dict, i: int, base: str, pythonpath: list[str], path: str) -> Mode
         for d in dynamic:
             specs.parse_dynamic(d)
         int_range = m.get("int_range", "0:10")
-        if isinstance(int_range, list) and len(int_range) == 2:
+        if isinstance(int_range, list) and len(int_range) == 2 and \
+                all(isinstance(v, int) and not isinstance(v, bool) for v in int_range):
             int_range = f"{int_range[0]}:{int_range[1]}"
-        if not isinstance(int_range, str):
-            raise UsageError("int_range must be \"LO:HI\" or [LO, HI]")
-        specs.parse_int_range(int_range)
+        if isinstance(int_range, str):
+            int_range = [int_range]
+        if not isinstance(int_range, list) or not all(isinstance(r, str) for r in int_range):
+            raise UsageError("int_range must be \"LO:HI\", [LO, HI] or a list of "
+                             "\"LO:HI\" / \"NAME=LO:HI\" strings")
+        specs.parse_int_ranges(int_range, names if isinstance(inputs, list) else None)
     except UsageError as e:
         raise UsageError(f"{where}: {e}") from None
     nums = {}

@@ -91,18 +91,48 @@ def parse_int_range(text: str) -> tuple[int, int]:
     """``LO:HI``: integer example inputs are drawn from [LO, HI)."""
     m = re.match(r"^(-?\d+):(-?\d+)$", text.strip())
     if not m or int(m.group(1)) >= int(m.group(2)):
-        raise UsageError(f"--int-range {text!r} must be LO:HI with LO < HI, e.g. 0:100")
+        raise UsageError(f"--int-range {text!r} must be LO:HI with LO < HI, e.g. 0:100 "
+                         "(or NAME=LO:HI for one input)")
     return int(m.group(1)), int(m.group(2))
 
 
-def make_inputs(specs: list[InputSpec], seed: int = 0, int_range=(0, 10)) -> tuple:
-    """Random example tensors for the specs: floats ~ N(0, 1), ints in [lo, hi), bools 50/50."""
+def parse_int_ranges(entries, input_names=None,
+                     default=(0, 10)) -> tuple[tuple[int, int], dict[str, tuple[int, int]]]:
+    """``(global range, {input name: range})`` from ``--int-range`` values: ``LO:HI`` for
+    every integer input (once at most), ``NAME=LO:HI`` for one input (a 0/1 mask beside
+    token ids in [0, vocab)). Names must be among ``input_names`` when given."""
+    if isinstance(entries, str):
+        entries = [entries]
+    whole, per = None, {}
+    for text in entries or ():
+        name, eq, rng = text.partition("=")
+        if not eq:
+            if whole is not None:
+                raise UsageError(f"--int-range {text!r}: give one LO:HI for all inputs (and "
+                                 "NAME=LO:HI for single inputs)")
+            whole = parse_int_range(text)
+            continue
+        name = name.strip()
+        if not _NAME_RE.match(name):
+            raise UsageError(f"--int-range {text!r} must be NAME=LO:HI with NAME an input")
+        if input_names is not None and name not in input_names:
+            raise UsageError(f"--int-range {text!r} names {name!r}, which is not an input "
+                             f"(inputs: {', '.join(input_names) or 'none'})")
+        if name in per:
+            raise UsageError(f"--int-range: {name!r} is given twice")
+        per[name] = parse_int_range(rng)
+    return whole or tuple(default), per
+
+
+def make_inputs(specs: list[InputSpec], seed: int = 0, int_range=(0, 10),
+                per_input: dict[str, tuple[int, int]] | None = None) -> tuple:
+    """Random example tensors for the specs: floats ~ N(0, 1), ints in [lo, hi) (the
+    input's own range in ``per_input``, else ``int_range``), bools 50/50."""
     import torch
 
     from . import dtypes
 
     gen = torch.Generator().manual_seed(seed)
-    lo, hi = int_range
     out = []
     for s in specs:
         dt = dtypes.from_name(s.dtype)
@@ -111,6 +141,7 @@ def make_inputs(specs: list[InputSpec], seed: int = 0, int_range=(0, 10)) -> tup
         elif dt == torch.bool:
             t = torch.randint(0, 2, s.dims, generator=gen).bool()
         else:
+            lo, hi = (per_input or {}).get(s.name, int_range)
             info = torch.iinfo(dt)
             a, b = max(lo, info.min), min(hi, info.max + 1)
             if a >= b:
@@ -172,7 +203,9 @@ def call_ref(ref: str, what: str = "model"):
 
 
 def load_model(ref: str, trust_pickle: bool = False):
-    """``(model, example_args or None)`` from a file path or a ``module:callable``."""
+    """``(model, example_args or None)`` from a file path or a ``module:callable``; a
+    callable may return ``(module, args)``, args a tensor, a tuple of tensors or a dict of
+    named tensors."""
     import torch
 
     if is_callable_ref(ref):
@@ -180,18 +213,39 @@ def load_model(ref: str, trust_pickle: bool = False):
         args = None
         if isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], torch.nn.Module):
             got, args = got
-            if isinstance(args, torch.Tensor):
-                args = (args,)
-            if not isinstance(args, (tuple, list)) or \
-                    not all(isinstance(a, torch.Tensor) for a in args):
-                raise ModelLoadError(f"{ref}() returned (module, args) but args is not a "
-                                     "tensor or a tuple of tensors")
-            args = tuple(args)
+            args = _example_args(ref, args)
         if not isinstance(got, torch.nn.Module):
             raise ModelLoadError(f"{ref}() returned a {type(got).__name__}; t2n needs an "
                                  "nn.Module or (nn.Module, example_args)")
         return got, args
     return load_model_file(ref, trust_pickle), None
+
+
+def _example_args(ref: str, args):
+    """A builder's example inputs as the API takes them: a tuple of tensors, or a dict of
+    named tensors (its keys become the input names, as in :func:`t2n.export`)."""
+    import torch
+
+    if isinstance(args, torch.Tensor):
+        return (args,)
+    if isinstance(args, dict):
+        bad = [k for k, v in args.items() if not isinstance(k, str) or not _NAME_RE.match(k)
+               or not isinstance(v, torch.Tensor)]
+        if bad or not args:
+            raise ModelLoadError(f"{ref}() returned (module, dict) but the dict must map "
+                                 "input names (identifiers) to tensors"
+                                 + (f"; {bad[0]!r} does not" if bad else ""))
+        return dict(args)
+    if not isinstance(args, (tuple, list)) or \
+            not all(isinstance(a, torch.Tensor) for a in args):
+        raise ModelLoadError(f"{ref}() returned (module, args) but args is not a tensor, a "
+                             "tuple of tensors or a dict of named tensors")
+    return tuple(args)
+
+
+def example_names(args) -> list[str] | None:
+    """The input names example inputs carry: a dict's keys, else None."""
+    return list(args) if isinstance(args, dict) else None
 
 
 def model_file_kind(path: str) -> str:

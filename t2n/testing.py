@@ -62,9 +62,8 @@ def assert_exports(model, args, *, rtol: float = DEFAULT_RTOL, atol: float = DEF
     with tempfile.TemporaryDirectory(prefix="t2n-test-") as d:
         path = os.path.join(d, filename)
         shapes = [tuple(a.shape) for a in _as_args(args)]
-        keep = os.environ.get("T2N_KEEP_FAILED")
+        keep = _keep_root()
         if keep and "keep_failed" not in export_kwargs:  # a failed check's archive
-            os.makedirs(keep, exist_ok=True)
             export_kwargs = dict(export_kwargs, keep_failed=os.path.join(
                 tempfile.mkdtemp(prefix="failed-", dir=keep), filename))
         try:
@@ -102,12 +101,26 @@ def _where(error) -> str:
     return f" [archive kept in {kept}]" if kept else ""
 
 
+def _keep_root() -> str | None:
+    """$T2N_KEEP_FAILED, created if missing. Archives go into new ``failed-*`` folders
+    inside it, so nothing there is ever replaced; a path that is not a folder is refused."""
+    from .errors import OutputPathError
+
+    keep = os.environ.get("T2N_KEEP_FAILED")
+    if not keep:
+        return None
+    if os.path.lexists(keep) and not os.path.isdir(keep):
+        raise OutputPathError(keep, f"T2N_KEEP_FAILED={keep} is not a folder (t2n keeps "
+                              "failed archives in new folders inside it)")
+    os.makedirs(keep, exist_ok=True)
+    return keep
+
+
 def _kept(path: str) -> str:
     """Copy a failing archive to $T2N_KEEP_FAILED (if set) and say where it went."""
-    keep = os.environ.get("T2N_KEEP_FAILED")
+    keep = _keep_root()
     if not keep or not os.path.exists(path):
         return ""
-    os.makedirs(keep, exist_ok=True)
     dest = tempfile.mkdtemp(prefix="failed-", dir=keep)
     target = os.path.join(dest, os.path.basename(path))
     if os.path.isdir(path):

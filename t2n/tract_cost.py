@@ -3,9 +3,10 @@
 ``python -m t2n.tract_cost ARCHIVE '{"B": 1}'`` (run by :func:`profile_in_child`) loads the
 archive in tract, binds the symbols, profiles one run on zero inputs and prints JSON: the
 sum of the FMA costs tract attributes to its nodes (multiply-accumulates), the output
-facts, and how many nodes of each op the optimised model runs (``ops``: ``OptMatMulPack``
-nodes beside the ``OptMatMul`` ones are packings done at every run). A separate process,
-because tract aborts its process on a Rust panic.
+facts (with their symbols, as the archive declares them: ``Bx1000``), and how many nodes
+of each op the optimised model runs (``ops``: ``OptMatMulPack`` nodes beside the
+``OptMatMul`` ones are packings done at every run). A separate process, because tract
+aborts its process on a Rust panic.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def main(argv: list[str]) -> int:
 
     archive, symbols = argv[0], json.loads(argv[1])
     model = tract.nnef().load(archive)
+    # the output facts as the archive declares them: symbols (Bx1000), before binding them
+    outputs = []
+    for i in range(model.output_count()):
+        shape, dtype = _fact(model.output_fact(i))
+        outputs.append({"shape": shape, "dtype": dtype})
     if symbols:
         model.transform(tract.SetSymbols(symbols))
     runnable = model.into_runnable()
@@ -48,10 +54,6 @@ def main(argv: list[str]) -> int:
         for kind, value in (node.get("cost") or {}).items():
             if kind.startswith("FMA("):
                 macs += int(float(value))
-    outputs = []
-    for i in range(runnable.output_count()):
-        shape, dtype = _fact(runnable.output_fact(i))
-        outputs.append({"shape": shape, "dtype": dtype})
     print(json.dumps({"macs": macs, "outputs": outputs, "ops": dict(sorted(ops.items()))}))
     return 0
 

@@ -18,13 +18,14 @@ import tempfile
 import numpy as np
 import torch
 
-from . import dtypes
+from . import dtypes, output_paths
 from .builder import Graph, Tensor, Variable, format_dim, format_value
 from .errors import UsageError
 from .gzstream import GzipStream
 from .loops import op_line, render_fragments
 from .nnef_text import nnef_type
 from .shallow_text import ShallowText
+from .output_paths import output_kind  # noqa: F401  (t2n.writer.output_kind)
 from .staging import move_into_place
 from .targets import TRACT, Target
 from .stopwatch import timed
@@ -318,26 +319,19 @@ def _members(g: Graph, graph_text: bytes):
 
 
 # ---------------------------------------------------------------------------- output kinds
-def output_kind(path: str) -> str:
-    p = path.lower()
-    if p.endswith(".tgz") or p.endswith(".tar.gz"):
-        return "tgz"
-    if p.endswith(".tar"):
-        return "tar"
-    return "dir"
-
-
 @timed("write")
 def write(g: Graph, path: str, progress=None, target: Target = TRACT) -> int:
-    """Write the archive atomically in ``target``'s dialect; returns its size in bytes."""
-    path = os.path.abspath(path)
+    """Write the archive atomically in ``target``'s dialect; returns its size in bytes.
+
+    The kind (tar, gzip tar, folder) comes from the name (:func:`output_kind`); what is at
+    ``path`` is replaced only when it is an archive (:mod:`t2n.output_paths`)."""
+    kind = output_paths.check_output(path)
+    shown = os.fspath(path)
+    path = os.path.abspath(shown)
     parent = os.path.dirname(path) or "."
-    if not os.path.isdir(parent):
-        raise UsageError(f"cannot write {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise UsageError(f"cannot write {path}: directory {parent} is not writable")
     graph_text = render_graph(g, target).encode("utf-8")
-    kind = output_kind(path)
     if progress is not None and hasattr(progress, "start"):
         progress.start(payload_bytes(g, graph_text))
     base = os.path.basename(path)
@@ -346,7 +340,7 @@ def write(g: Graph, path: str, progress=None, target: Target = TRACT) -> int:
         if kind == "dir":
             tmp = tempfile.mkdtemp(prefix=f".{base}.", suffix=".partial", dir=parent)
             size = _write_dir(g, graph_text, tmp, progress)
-            move_into_place(tmp, path)
+            move_into_place(tmp, path, kind, shown)
         else:
             fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".partial", dir=parent)
             with os.fdopen(fd, "wb") as f:
@@ -354,7 +348,7 @@ def write(g: Graph, path: str, progress=None, target: Target = TRACT) -> int:
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o644 & ~_umask())
-            move_into_place(tmp, path)
+            move_into_place(tmp, path, kind, shown)
             size = os.path.getsize(path)
         tmp = None
         return size

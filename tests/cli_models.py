@@ -123,3 +123,28 @@ def make_qwen3_causal_lm():
                                    num_attention_heads=4, num_key_value_heads=2,
                                    intermediate_size=64, head_dim=8, max_position_embeddings=64)
     return transformers.Qwen3ForCausalLM(cfg).eval()
+
+
+class MaskedEmbed(torch.nn.Module):
+    """Token ids and a 0/1 attention mask: exercises dict example inputs and per-input
+    --int-range (a mask range applied to the ids would make every id 0 or 1)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(50, 4)
+
+    def forward(self, input_ids, attention_mask):
+        return self.emb(input_ids) * attention_mask.unsqueeze(-1).to(torch.float32)
+
+
+def make_masked_embed():
+    return MaskedEmbed()
+
+
+def make_masked_embed_with_dict():
+    torch.manual_seed(1)
+    ids = torch.randint(0, 50, (2, 6))
+    # keys in another order than forward's parameters: bound by name, as the API does
+    return MaskedEmbed(), {"attention_mask": torch.tensor([[1, 1, 1, 1, 0, 0]] * 2),
+                           "input_ids": ids}

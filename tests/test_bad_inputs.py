@@ -275,9 +275,13 @@ def test_bad_input_spec(spec, needle, out):
     (["--dynamic", "x:zero=B"], "NAME:AXIS=SYMBOL"),
     (["--dynamic", "y:0=B"], "not an input"),
     (["--int-range", "5:1"], "LO < HI"),
+    (["--int-range", "y=0:2"], "'y', which is not an input"),
+    (["--int-range", "x=0:2", "--int-range", "x=0:3"], "given twice"),
+    (["--int-range", "0:2", "--int-range", "0:3"], "one LO:HI for all inputs"),
     (["--input", "x:2x8:f32"], "unique"),
     (["--rtol", "-1"], ">= 0"),
-], ids=["dynamic-syntax", "dynamic-unknown-input", "int-range", "duplicate-input", "rtol"])
+], ids=["dynamic-syntax", "dynamic-unknown-input", "int-range", "int-range-unknown-input",
+        "int-range-twice", "int-range-two-globals", "duplicate-input", "rtol"])
 def test_bad_options(args, needle, out):
     r = t2n("export", "cli_models:make_mlp", "-o", out / "m.tgz", "--input", "x:2x8:f32", *args)
     assert_one_line_error(r, 2, needle)

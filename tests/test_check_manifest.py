@@ -158,7 +158,10 @@ def test_mismatch_is_a_failure_entry(tmp_path, monkeypatch):
      "unique"),
     ('name = "a"\n', "unknown top-level"),
     ('[[model]\n', "invalid TOML"),
-], ids=["typo", "no-model", "bad-spec", "duplicate", "top-level", "toml-syntax"])
+    ('[[model]]\nname = "a"\nmodel = "m:f"\ninputs = ["x:2x8:i64"]\n'
+     'int_range = ["y=0:2"]\n', "'y', which is not an input"),
+], ids=["typo", "no-model", "bad-spec", "duplicate", "top-level", "toml-syntax",
+        "int-range-unknown-input"])
 def test_bad_manifest_is_a_usage_error(tmp_path, body, needle):
     path = tmp_path / "m.toml"
     path.write_text(body)
@@ -217,3 +220,69 @@ def test_keep_holds_a_failing_archive_under_its_own_name(tmp_path):
     assert r.stdout.splitlines()[-1] == "0 passed, 1 failed, 0 errors", r.output
     assert "MISMATCH" in r.stdout and "archive kept in" in r.stdout, r.output
     assert sorted(p.name for p in keep.iterdir()) == ["tanh.failed.nnef.tar"], r.output
+
+
+@pytest.mark.parametrize("what", ["keep", "junit", "json"])
+def test_paths_the_run_would_write_over_user_files_are_refused(tmp_path, what):
+    # nothing runs and nothing changes: --keep's archives and the reports replace only
+    # what t2n wrote there before (t2n.output_paths)
+    manifest = write_manifest(tmp_path, """
+        [[model]]
+        name = "mlp"
+        model = "cli_models:make_mlp"
+        inputs = ["x:2x8:f32"]
+    """)
+    keep = tmp_path / "kept"
+    keep.mkdir()
+    victim = {"keep": keep / "mlp.nnef.tar", "junit": tmp_path / "junit.xml",
+              "json": tmp_path / "report.json"}[what]
+    victim.write_text("the user's own file\n")
+    args = {"keep": ["--keep", keep], "junit": ["--junit", victim],
+            "json": ["--json", victim]}[what]
+    r = run_cli("check", manifest, *args)
+    assert r.exit_code == 2, r.output
+    assert f"refusing to replace {victim}" in r.stderr and "t2n check: mlp" not in r.stderr
+    assert victim.read_text() == "the user's own file\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["models.toml", "kept"] + ([victim.name] if what != "keep" else []))
+
+
+def test_reports_of_a_previous_run_are_replaced(tmp_path):
+    manifest = write_manifest(tmp_path, """
+        [[model]]
+        name = "mlp"
+        model = "cli_models:make_mlp"
+        inputs = ["x:2x8:f32"]
+    """)
+    keep = tmp_path / "kept"
+    keep.mkdir()
+    args = ["--junit", tmp_path / "junit.xml", "--json", tmp_path / "report.json",
+            "--keep", keep]
+    for _ in range(2):
+        r = run_cli("check", manifest, *args)
+        assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junit.xml", "kept", "models.toml",
+                                                          "report.json"]
+    assert sorted(p.name for p in keep.iterdir()) == ["mlp.nnef.tar"]
+
+
+def test_per_input_int_range_and_dict_builder(tmp_path):
+    # a 0/1 mask beside token ids: each input its own range; a builder's dict example
+    # names the inputs (for dynamic axes too)
+    manifest = write_manifest(tmp_path, """
+        [[model]]
+        name = "masked-specs"
+        model = "cli_models:make_masked_embed"
+        inputs = ["input_ids:2x6:i64", "attention_mask:2x6:i64"]
+        int_range = ["input_ids=0:50", "attention_mask=0:2"]
+
+        [[model]]
+        name = "masked-dict"
+        model = "cli_models:make_masked_embed_with_dict"
+        dynamic = ["input_ids:1=S", "attention_mask:1=S"]
+    """)
+    report = tmp_path / "report.json"
+    r = run_cli("check", manifest, "--json", report)
+    assert r.exit_code == 0, r.output
+    models = json.loads(report.read_text())["models"]
+    assert [i["shape"] for i in models[1]["export"]["inputs"]] == [[2, "S"], [2, "S"]]

@@ -222,3 +222,97 @@ def test_input_specs_make_matching_tensors(spec, shape, dtype):
         assert int(t.min()) >= 5 and int(t.max()) < 7
     (again,) = make_inputs([s], seed=3, int_range=(5, 7))
     assert t.equal(again)  # --seed makes the example inputs reproducible
+
+
+# ---------------------------------------------------------------------------- output paths
+def _listing(root):
+    return sorted((os.path.relpath(os.path.join(d, n), root),
+                   open(os.path.join(d, n), "rb").read() if n in fs else None)
+                  for d, ds, fs in os.walk(root) for n in ds + fs)
+
+
+@pytest.mark.parametrize("case", ["project", "file", "zip", "symlink"])
+def test_export_refuses_what_is_not_an_archive(tmp_path, case):
+    # issue #29: `-o proj` over a user's folder deleted notes.txt and train.py
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "notes.txt").write_text("my notes\n")
+    (proj / "train.py").write_text("print('train')\n")
+    out, words = {"project": (proj, ["notes.txt, train.py"]),
+                  "file": (proj / "notes.txt", ["notes.txt/", "slash"]),
+                  "zip": (tmp_path / "m.zip", [f"{tmp_path / 'm.zip'}/", "slash"]),
+                  "symlink": (tmp_path / "link.nnef", ["symbolic link"])}[case]
+    if case == "symlink":
+        os.symlink(proj, out)
+    before = _listing(tmp_path)
+    r = run_cli("export", "cli_models:make_mlp", "-o", out, "--input", "x:3x8:f32")
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith(f"t2n: error: ") and str(out) in r.stderr, r.stderr
+    for w in words:
+        assert w in r.stderr, (w, r.stderr)
+    assert _listing(tmp_path) == before
+
+
+def test_export_with_a_trailing_slash_writes_a_folder(tmp_path):
+    r = run_cli("export", "cli_models:make_mlp", "-o", f"{tmp_path / 'm.zip'}/",
+                "--input", "x:3x8:f32", "--check")
+    assert r.exit_code == 0, r.output
+    assert "graph.nnef" in os.listdir(tmp_path / "m.zip")
+
+
+def test_keep_failed_refuses_a_user_file(tmp_path):
+    (tmp_path / "debug.tar").write_text("mine")
+    r = run_cli("export", "cli_models:make_mlp", "-o", tmp_path / "m.tar", "--input",
+                "x:3x8:f32", "--check", "--keep-failed", tmp_path / "debug.tar")
+    assert r.exit_code == 2 and str(tmp_path / "debug.tar") in r.stderr, r.output
+    assert sorted(os.listdir(tmp_path)) == ["debug.tar"]
+    assert (tmp_path / "debug.tar").read_text() == "mine"
+
+
+# ---------------------------------------------------------------------------- papercuts
+def test_unknown_dtype_lists_each_once_and_suggests_one(tmp_path):
+    r = run_cli("export", "cli_models:make_mlp", "-o", tmp_path / "m.tar", "--input", "x:1:f33")
+    assert r.exit_code == 2
+    line = r.stderr.strip()
+    assert "unknown dtype 'f33'; did you mean 'f32'?" in line, line
+    known = line.split("(known: ")[1].rstrip(")").split(", ")
+    assert len(known) == len(set(known)) and {"f32", "i64", "bool", "u8"} <= set(known)
+
+
+def test_builder_returning_a_dict_of_named_inputs(tmp_path):
+    # the dict's keys are the input names (in the archive, and for --dynamic), as in the API
+    r = run_cli("export", "cli_models:make_masked_embed_with_dict", "-o", tmp_path / "m.tar",
+                "--dynamic", "input_ids:1=S", "--dynamic", "attention_mask:1=S", "--check",
+                "--json")
+    assert r.exit_code == 0, r.output
+    inputs = json.loads(r.stdout)["inputs"]
+    assert [(i["name"], i["shape"]) for i in inputs] == [("attention_mask", [2, "S"]),
+                                                         ("input_ids", [2, "S"])]
+
+
+def test_builder_dict_must_name_tensors(tmp_path, monkeypatch):
+    import cli_models
+
+    monkeypatch.setattr(cli_models, "bad_dict", lambda: (cli_models.make_mlp(), {"x": 3}),
+                        raising=False)
+    r = run_cli("export", "cli_models:bad_dict", "-o", tmp_path / "m.tar")
+    assert r.exit_code == 2 and "dict must map input names" in r.stderr, r.output
+
+
+def test_int_range_per_input(tmp_path):
+    from t2n.specs import make_inputs, parse_input_spec, parse_int_ranges
+
+    specs = [parse_input_spec("input_ids:4x64:i64"), parse_input_spec("attention_mask:4x64:i64")]
+    whole, per = parse_int_ranges(["input_ids=0:50", "attention_mask=0:2"],
+                                  [s.name for s in specs])
+    ids, mask = make_inputs(specs, int_range=whole, per_input=per)
+    assert int(ids.max()) > 1 and int(ids.max()) < 50 and set(mask.unique().tolist()) == {0, 1}
+    # the global form still sets every other integer input
+    whole, per = parse_int_ranges(["5:7", "attention_mask=0:2"], [s.name for s in specs])
+    ids, mask = make_inputs(specs, int_range=whole, per_input=per)
+    assert set(ids.unique().tolist()) == {5, 6} and set(mask.unique().tolist()) == {0, 1}
+    r = run_cli("export", "cli_models:make_masked_embed", "-o", tmp_path / "m.tar",
+                "--input", "input_ids:2x6:i64", "--input", "attention_mask:2x6:i64",
+                "--int-range", "input_ids=0:50", "--int-range", "attention_mask=0:2",
+                "--check", "-q")
+    assert r.exit_code == 0, r.output

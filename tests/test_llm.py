@@ -300,3 +300,29 @@ def test_prompt_logits_match_transformers(logits, tmp_path):
     assert got.shape == want.shape, (logits, got.shape, want.shape)
     assert abs(got - want).max() < 1e-4, (logits, abs(got - want).max())
     assert f'("t2n.llm.logits", "{logits[:4].rstrip("_")}")' in _graph_text(out)
+
+
+def test_output_over_a_user_folder_is_refused_before_loading(tmp_path, capsys):
+    # t2n.output_paths: checked before the model is even loaded; nothing changes
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "notes.txt").write_text("mine")
+    model = _saved("llama", tmp_path)
+    with pytest.raises(UsageError, match="refusing to replace .*proj.*notes.txt"):
+        llm.export_llm(str(model), proj)
+    assert _cli("llm", model, "-o", tmp_path / "lm.zip") == 2
+    assert "slash" in capsys.readouterr().err
+    assert _cli("llm", model, "-o", tmp_path / "lm.tar", "--check", "--keep-failed",
+                proj / "notes.txt") == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["llama", "proj"]
+    assert sorted(p.name for p in proj.iterdir()) == ["notes.txt"]
+    assert (proj / "notes.txt").read_text() == "mine"
+
+
+def test_re_export_replaces_the_previous_archive(tmp_path):
+    model = _saved("llama", tmp_path)
+    out = tmp_path / "lm.nnef.tar"
+    for _ in range(2):
+        llm.export_llm(str(model), out, quiet=True)
+    assert "graph.nnef" in tarfile.open(out).getnames()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["llama", "lm.nnef.tar"]
