@@ -74,11 +74,12 @@ def bert_base():
 
 
 def gpt2():
-    """GPT-2 small (124M, ``GPT2LMHeadModel`` default config), ids [1, 64]."""
+    """GPT-2 small (124M, ``GPT2LMHeadModel`` default config, no cache), ids [1, 64]."""
     common.declare_torchvision_schemas()
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    return GPT2LMHeadModel(GPT2Config()).eval(), (_ids(50257, 64),)
+    # no cache output: torch.onnx (dynamo) cannot export a DynamicCache
+    return GPT2LMHeadModel(GPT2Config(use_cache=False)).eval(), (_ids(50257, 64),)
 
 
 def whisper_tiny_encoder():
@@ -103,7 +104,7 @@ def llama100m():
 
     cfg = LlamaConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                       num_key_value_heads=4, intermediate_size=2048, vocab_size=32000,
-                      tie_word_embeddings=False)
+                      tie_word_embeddings=False, use_cache=False)
     return LlamaForCausalLM(cfg).eval(), (_ids(32000, 64),)
 
 
