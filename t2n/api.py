@@ -413,10 +413,15 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
             result.extras.setdefault("report_lines", []).extend(cost_lines(cost))
         elif check:
             reference = model if bf16_as is None else compute_dtype.reference_model(model, bf16_as)
-            result.checks = check_archive(
-                work, reference, compute_dtype.converted_inputs(args, bf16_as), out_names,
-                rtol=rtol, atol=atol, target=tgt.name, input_names=binding.names,
-                atol_for=quantization_steps(g, out_names, handles))
+            try:
+                result.checks = check_archive(
+                    work, reference, compute_dtype.converted_inputs(args, bf16_as), out_names,
+                    rtol=rtol, atol=atol, target=tgt.name, input_names=binding.names,
+                    atol_for=quantization_steps(g, out_names, handles))
+            except TractError as e:  # the check loads the archive: name the op it refuses
+                from .load_check import with_op_named
+
+                raise with_op_named(e, g) from None
         if check:
             result.extras["checked_with"] = tgt.checker
         if check and not result.passed:

@@ -67,6 +67,17 @@ def _short(message: str, limit: int = 1500) -> str:
     return message if len(message) <= limit else message[:limit] + " ..."
 
 
+def with_op_named(error: TractError, g) -> TractError:
+    """``error`` (a check's failed tract run) naming the op and source line of the node
+    tract's message names, when it names one of the graph's."""
+    op, where, kind = locate(g, str(error))
+    if not (op or kind):
+        return error
+    what = f"{op} ({kind})" if op and kind else op or kind
+    return TractError(f"{_short(str(error))} [at {what}" + (f", {where}]" if where else "]"),
+                      crashed=error.crashed)
+
+
 # tract names nodes after the tensor they compute ("add_441"), a fragment's inner tensors
 # after the call's output and the fragment ("add_441_t2n_linear3_f32_t"), and the nodes its
 # rewrites make after the node they replace plus a dotted suffix ("add_441.concat-einsum-k")
