@@ -23,8 +23,10 @@ written on un-broadcast operands, in the algebra the broadcast implies:
 * an operand ``concat`` along a contracted axis with a broadcast member: the product is
   written as the sum of the products of each member with the matching slice of the other
   operand (what tract does itself), each then as above;
-* an element-wise op between a broadcast and a product runs on the un-broadcast value and
-  its result is broadcast (element-wise ops commute with broadcasting).
+* an element-wise op between a broadcast and a product, whose operands are all smaller
+  than its result, runs on the un-broadcast values and its result is broadcast
+  (element-wise ops commute with broadcasting); when an operand has the full shape, tract's
+  op absorbs the broadcast and nothing changes.
 
 A contracted axis no other operand has (an einsum summing a broadcast copy away) is left as
 it is; the load check (t2n.load_check) refuses the archive then, naming the op.
@@ -244,10 +246,12 @@ def _elementwise_on_broadcast(g: Graph, index: Index, op: Op, feeding: set[int])
     if not any(hits.values()):
         return False
     y = op.outputs[0]
+    shape = list(broadcast_shapes(*(
+        op.args[k].shape if hit is None else [1] * (y.rank - hit[0].rank) + list(hit[0].shape)
+        for k, hit in hits.items())))
+    if tuple(shape) == tuple(y.shape):
+        return False  # another operand has the full shape: tract's op absorbs the broadcast
     args = list(op.args)
-    for k, hit in hits.items():
-        if hit is not None:
-            args[k] = hit[0]
 
     def build():
         for k, hit in hits.items():
@@ -255,11 +259,6 @@ def _elementwise_on_broadcast(g: Graph, index: Index, op: Op, feeding: set[int])
                 args[k] = g.unsqueeze_to_rank(hit[0], y.rank)
 
     _insert(g, build, before=op)
-    tensors = [a for a in args if isinstance(a, Tensor)]
-    shape = list(broadcast_shapes(*(t.shape for t in tensors)))
-    if tuple(shape) == tuple(y.shape):
-        op.args = args
-        return True
     small = Tensor(g.fresh_name(op.kind), shape, y.dtype)
     new = Op(op.kind, args, dict(op.attrs), [small], op.origin)
     g.ops[g.ops.index(op)] = new
