@@ -385,7 +385,8 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         if options.get("verify_load", True) and not (check or g.streaming is not None):
             from .load_check import prove_loads  # (a check or a pulse loads it anyway)
 
-            prove_loads(work, g, tgt.checker)
+            with phase("load"):
+                prove_loads(work, g, tgt.checker)
         if g.storage:
             from .weight_check import rounded_copy
 
