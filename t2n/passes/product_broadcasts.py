@@ -198,13 +198,15 @@ def _product_on_concat(g: Graph, index: Index, op: Op, found) -> bool:
                 total = g.binary("add", total, p, y.dtype)
             return total
 
+        before = len(g.ops)
         total = _insert(g, build, before=op)
-        for new_op in g.ops:
-            if new_op.kind == op.kind and new_op.outputs[0] in parts:
-                new_op.origin = op.origin
-        add = next(o for o in g.ops if o.outputs and o.outputs[0] is total)
-        add.outputs[0] = y
-        add.origin = op.origin
+        made = {id(p) for p in parts} | {id(total)}
+        at = g.ops.index(op)
+        for new_op in g.ops[at - (len(g.ops) - before):at]:  # what build emitted
+            if new_op.outputs and id(new_op.outputs[0]) in made:
+                new_op.origin = op.origin  # the parts and their sum are the user's product
+                if new_op.outputs[0] is total:
+                    new_op.outputs[0] = y
         g.ops.remove(op)
         return True
     return False
