@@ -152,7 +152,8 @@ def _symbol_minimums(dynamic_axes, symbols, args) -> dict:
 # progress: None (auto) | bool | callable; properties: {key: str | int | list} written as
 # the archive's tract_core_properties (metadata a runtime reads, e.g. t2n.llm's cache layout)
 # keep_failed: a path the archive moves to when its check fails (t2n.staging)
-_API_OPTIONS = frozenset({"progress", "quiet", "properties", "keep_failed"})
+# verify_load: False skips the load that proves the engine takes the archive (t2n.load_check)
+_API_OPTIONS = frozenset({"progress", "quiet", "properties", "keep_failed", "verify_load"})
 _KNOWN_OPTIONS = _API_OPTIONS | passes.options()
 
 
@@ -324,6 +325,12 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     they are written, the model is not modified, and ``check=True`` compares with PyTorch
     running a converted copy. A bf16 model without ``dtype`` is refused, saying so.
 
+    Before the archive is accepted, its engine loads it (:mod:`t2n.load_check`): tract
+    parses and optimises it into a runnable plan (``target="khronos"``: the Khronos parser
+    reads it), in a child process; a refusal raises ``LoadRefusedError`` naming the op and
+    source line, and nothing is written. ``check=True`` loads it anyway (no second load);
+    ``verify_load=False`` skips this proof.
+
     ``capture="export"`` captures the model with ``torch.export`` (:mod:`t2n.export_capture`)
     instead of ``torch.jit.trace``: the same mappings, checks and errors; data-dependent
     Python control flow is then an error instead of being frozen by the trace.
@@ -378,6 +385,11 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
             warnings=list(g.warnings) + [f"tracer: {w.splitlines()[0]}" for w in
                                          built.tracer_warnings],
             extras=dict(g.__dict__.get("extras", {})))
+        if options.get("verify_load", True) and not (check or g.streaming is not None):
+            from .load_check import prove_loads  # (a check or a pulse loads it anyway)
+
+            with phase("load"):
+                prove_loads(work, g, tgt.checker)
         if g.storage:
             from .weight_check import rounded_copy
 
@@ -405,10 +417,15 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
             result.extras.setdefault("report_lines", []).extend(cost_lines(cost))
         elif check:
             reference = model if bf16_as is None else compute_dtype.reference_model(model, bf16_as)
-            result.checks = check_archive(
-                work, reference, compute_dtype.converted_inputs(args, bf16_as), out_names,
-                rtol=rtol, atol=atol, target=tgt.name, input_names=binding.names,
-                atol_for=quantization_steps(g, out_names, handles))
+            try:
+                result.checks = check_archive(
+                    work, reference, compute_dtype.converted_inputs(args, bf16_as), out_names,
+                    rtol=rtol, atol=atol, target=tgt.name, input_names=binding.names,
+                    atol_for=quantization_steps(g, out_names, handles))
+            except TractError as e:  # the check loads the archive: name the op it refuses
+                from .load_check import with_op_named
+
+                raise with_op_named(e, g) from None
         if check:
             result.extras["checked_with"] = tgt.checker
         if check and not result.passed:

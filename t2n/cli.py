@@ -132,6 +132,10 @@ def cli(debug: bool):
                    "OUT is then not written).")
 @click.option("--keep-failed", "keep_failed", metavar="PATH", default=None,
               help="With --check: move the archive of a failed check to PATH, for inspection.")
+@click.option("--no-load-check", "no_load_check", is_flag=True,
+              help="Skip loading the archive in its engine before accepting it (done by "
+                   "default, in a child process: an archive the engine refuses is not "
+                   "written, exit 2).")
 @click.option("--dynamic", multiple=True, metavar="NAME:AXIS=SYM",
               help="Make an input axis a symbol, e.g. x:0=B (repeatable); it is 1 or more at "
                    "run time, x:0=B>=0 lets it be 0.")
@@ -180,7 +184,7 @@ def cli(debug: bool):
                    "flow is an error instead of being frozen).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse, output_names,
+def export_cmd(model, output, inputs, check, keep_failed, no_load_check, dynamic, stream, pulse, output_names,
                int_range, seed, rtol, atol, trust_pickle, compact, weights, compute, target,
                capture, quiet, as_json):
     """Export MODEL to an NNEF archive that tract runs.
@@ -234,6 +238,7 @@ def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse
                         compact=compact, weights=weights, target=target, capture=capture,
                         **({"dtype": compute} if compute is not None else {}),
                         **({"keep_failed": keep_failed} if keep_failed else {}),
+                        **({"verify_load": False} if no_load_check else {}),
                         **({"streaming": stream, "pulse": pulse}
                            if stream is not None or pulse is not None else {}))
     return EXIT_OK if result is not None else EXIT_CHECK_FAILED

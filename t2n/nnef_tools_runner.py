@@ -25,6 +25,13 @@ def run_in_nnef_tools(archive: str, inputs: list[np.ndarray],
     return run_in_child("t2n.nnef_tools_runner", "nnef-tools", archive, inputs, timeout)
 
 
+def parse_in_nnef_tools(archive: str, timeout: float | None = 600) -> None:
+    """Parse ``archive`` with the Khronos parser (``nnef.load_graph`` and its shape
+    inference) in a child, without running it; raises ``TractRunError`` with the parser's
+    message when it refuses. What every Khronos export proves before it is accepted."""
+    run_in_child("t2n.nnef_tools_runner", "nnef-tools", archive, None, timeout)
+
+
 def _folder(archive: str, scratch: str) -> str:
     """The archive as a folder (the reference tools read folders; tar/tgz are unpacked)."""
     if os.path.isdir(archive):
@@ -34,17 +41,21 @@ def _folder(archive: str, scratch: str) -> str:
     return scratch
 
 
-def _run(archive: str, inp: str, out: str) -> str | None:
+def _run(archive: str, inp: str = "", out: str = "") -> str | None:
+    """Parse the archive, and run it on ``inp`` unless ``inp`` is empty."""
     try:
         import nnef
-        from nnef_tools.interpreter.pytorch import Interpreter
 
-        with np.load(inp, allow_pickle=False) as z:
-            inputs = [z[f"arr_{i}"] for i in range(len(z.files))]
         with tempfile.TemporaryDirectory(prefix="t2n-khr-") as scratch:
             folder = _folder(archive, scratch)
             graph = nnef.load_graph(folder)
             nnef.infer_shapes(graph)
+            if not inp:
+                return None
+            from nnef_tools.interpreter.pytorch import Interpreter
+
+            with np.load(inp, allow_pickle=False) as z:
+                inputs = [z[f"arr_{i}"] for i in range(len(z.files))]
             results = Interpreter(graph, device="cpu")(inputs)
             arrays = [np.asarray(results[name]) for name in graph.outputs]
     except Exception as e:  # nnef.Error from the parser, interpreter errors
@@ -57,7 +68,7 @@ def _main(argv: list[str]) -> int:
     import warnings
 
     warnings.simplefilter("ignore")  # the interpreter's deprecation chatter is not ours
-    err = _run(*argv)
+    err = _run(argv[1]) if argv[0] == "--load" else _run(*argv)
     if err is not None:
         sys.stderr.write(err + "\n")
         return LOAD_OR_RUN_ERROR

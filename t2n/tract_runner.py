@@ -44,15 +44,27 @@ def run_in_tract(archive: str, inputs: list[np.ndarray],
     return run_in_child("t2n.tract_runner", "tract", archive, inputs, timeout)
 
 
-def run_in_child(module: str, engine: str, archive: str, inputs: list[np.ndarray],
-                 timeout: float | None = 600) -> list[np.ndarray]:
+def load_in_tract(archive: str, timeout: float | None = 600) -> None:
+    """Load ``archive`` in tract as a user would (parse, declutter, optimise into a
+    runnable plan) without running it, in a child; raises :class:`TractRunError` with
+    tract's message when tract refuses or crashes on it. What every tract export proves
+    before it is accepted (:mod:`t2n.load_check`)."""
+    run_in_child("t2n.tract_runner", "tract", archive, None, timeout)
+
+
+def run_in_child(module: str, engine: str, archive: str, inputs: list[np.ndarray] | None,
+                 timeout: float | None = 600) -> list[np.ndarray] | None:
     """Run ``python -m module ARCHIVE IN.npz OUT.npz`` (a runner with this module's exit
-    codes) and return the outputs; ``engine`` names it in error messages."""
+    codes) and return the outputs; ``engine`` names it in error messages. ``inputs=None``
+    runs ``python -m module --load ARCHIVE``: load only, returns None."""
     with tempfile.TemporaryDirectory(prefix="t2n-run-") as d:
         inp = os.path.join(d, "inputs.npz")
         out = os.path.join(d, "outputs.npz")
-        np.savez(inp, *[np.asarray(a) for a in inputs])
-        cmd, kw = _child([os.path.abspath(archive), inp, out], d, module)
+        if inputs is None:
+            cmd, kw = _child(["--load", os.path.abspath(archive)], d, module)
+        else:
+            np.savez(inp, *[np.asarray(a) for a in inputs])
+            cmd, kw = _child([os.path.abspath(archive), inp, out], d, module)
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                                stdin=subprocess.DEVNULL, **kw)
@@ -60,6 +72,8 @@ def run_in_child(module: str, engine: str, archive: str, inputs: list[np.ndarray
             raise TractRunError(f"{engine} did not finish within {timeout:.0f} s",
                                 crashed=True) from None
         if p.returncode == 0:
+            if inputs is None:
+                return None
             with np.load(out, allow_pickle=False) as z:
                 return [z[f"arr_{i}"] for i in range(len(z.files))]
         msg = _summarise(p.stderr)
@@ -94,12 +108,17 @@ class TractWorker:
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=self._stderr, text=True, **kw)
 
-    def run(self, archive: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    def load(self, archive: str) -> None:
+        """Load the archive into a runnable plan without running it (as :func:`load_in_tract`)."""
+        self.run(archive, None)
+
+    def run(self, archive: str, inputs: list[np.ndarray] | None) -> list[np.ndarray] | None:
         if self._proc is None or self._proc.poll() is not None:
             self._start()
-        inp = os.path.join(self._dir.name, "in.npz")
+        inp = os.path.join(self._dir.name, "in.npz") if inputs is not None else ""
         out = os.path.join(self._dir.name, "out.npz")
-        np.savez(inp, *[np.asarray(a) for a in inputs])
+        if inputs is not None:
+            np.savez(inp, *[np.asarray(a) for a in inputs])
         self._proc.stdin.write(f"{os.path.abspath(archive)}\t{inp}\t{out}\n")
         self._proc.stdin.flush()
         ready, _, _ = select.select([self._proc.stdout], [], [], self.timeout)
@@ -118,6 +137,8 @@ class TractWorker:
             self._proc = None
             raise TractRunError(f"tract crashed (exit code {code}): {msg}", crashed=True)
         if line.startswith("ok"):
+            if inputs is None:
+                return None
             with np.load(out, allow_pickle=False) as z:
                 return [z[f"arr_{i}"] for i in range(len(z.files))]
         raise TractRunError(line[4:].strip(), crashed=False)
@@ -131,12 +152,15 @@ class TractWorker:
 
 
 def _run_one(tract, archive: str, inp: str, out: str) -> str | None:
-    """Run one archive; None on success, else tract's message (a refusal, not a crash)."""
+    """Run one archive (load it only when ``inp`` is empty); None on success, else tract's
+    message (a refusal, not a crash)."""
     try:
-        with np.load(inp, allow_pickle=False) as z:
-            inputs = [z[f"arr_{i}"] for i in range(len(z.files))]
         model = tract.nnef().load(archive)
         runnable = model.into_runnable()
+        if not inp:
+            return None
+        with np.load(inp, allow_pickle=False) as z:
+            inputs = [z[f"arr_{i}"] for i in range(len(z.files))]
         results = runnable.run(inputs)
         arrays = [r.to_numpy() for r in results]
     except Exception as e:  # tract.TractError and friends
@@ -158,7 +182,7 @@ def _main(argv: list[str]) -> int:
             sys.stdout.write("ok\n" if err is None else "err " + err.replace("\n", " ") + "\n")
             sys.stdout.flush()
         return 0
-    archive, inp, out = argv
+    archive, inp, out = argv if argv[0] != "--load" else (argv[1], "", "")
     err = _run_one(tract, archive, inp, out)
     if err is not None:
         sys.stderr.write(err + "\n")

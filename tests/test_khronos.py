@@ -222,3 +222,97 @@ def test_dat_read_back_every_dtype(tmp_path):
         with open(os.path.join(path, label + ".dat"), "rb") as f:
             got = nnef.read_tensor(f)
         assert got.dtype == want.numpy().dtype and np.array_equal(got, want.numpy()), label
+
+
+class TinyUNet(torch.nn.Module):
+    """Convolutions down, transposed convolutions up (k2 s2, then k3 s2 p1 with
+    output_padding 1, 64 -> 32 channels), skip concatenations."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.d1 = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU())
+        self.d2 = nn.Sequential(nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU())
+        self.d3 = nn.Sequential(nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.ReLU())
+        self.u1 = nn.ConvTranspose2d(64, 64, 2, stride=2)
+        self.u2 = nn.ConvTranspose2d(128, 32, 3, stride=2, padding=1, output_padding=1)
+        self.out = nn.Conv2d(64, 2, 1)
+
+    def forward(self, x):
+        a = self.d1(x)
+        b = self.d2(a)
+        u = torch.cat([self.u1(self.d3(b)), b], 1)
+        return self.out(torch.cat([self.u2(u), a], 1))
+
+
+def test_transposed_convolution_unet_matches(tmp_path):
+    _, path = export_khronos(TinyUNet().eval(), (torch.randn(1, 3, 16, 16),), tmp_path)
+    assert graph_text(path).count("deconv(") == 2
+
+
+@pytest.mark.parametrize("layer, shape", [
+    (torch.nn.ConvTranspose2d(64, 32, 2, stride=2), (1, 64, 5, 5)),
+    (torch.nn.ConvTranspose2d(64, 32, 3, stride=2, padding=1, output_padding=1), (1, 64, 5, 5)),
+    (torch.nn.ConvTranspose1d(8, 6, 3, stride=2, padding=1, output_padding=1, groups=2,
+                              dilation=2), (2, 8, 7)),
+    (torch.nn.ConvTranspose3d(4, 6, 2, stride=2, groups=2), (1, 4, 3, 3, 3)),
+], ids=["2d_k2s2", "2d_k3s2p1op1", "1d_groups_dilation", "3d_groups"])
+def test_transposed_convolution_filter_in_the_standard_layout(tmp_path, layer, shape):
+    """The standard deconv filter is [C_in, C_out/groups, k...] (tract's is transposed per
+    group): the parser checks filter[0] against the input channels."""
+    export_khronos(layer.eval(), (torch.randn(*shape),), tmp_path)
+
+
+def test_transposed_convolution_with_a_runtime_filter(tmp_path):
+    fn = lambda x, w: F.conv_transpose2d(x, w, stride=2, groups=2)  # noqa: E731
+    export_khronos(FunctionModule(fn), (torch.randn(1, 4, 3, 3), torch.randn(4, 3, 2, 2)),
+                   tmp_path)
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 16), (2, 5, 16), (2, 2, 3, 16)],
+                         ids=["rank3_batch1", "rank3_batch2", "rank4"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+def test_linear_of_rank_above_two_is_standard_matmul(tmp_path, shape, bias):
+    """The standard linear takes rank-2 inputs only (BERT's are [B, S, H])."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8, bias=bias), torch.nn.ReLU(),
+                                torch.nn.Linear(8, 4, bias=bias)).eval()
+    _, path = export_khronos(model, (torch.randn(*shape),), tmp_path)
+    text = graph_text(path)
+    assert "linear(" not in text and "matmul(" in text
+
+
+@pytest.mark.slow
+def test_bert_encoder_matches(tmp_path):
+    """A BERT encoder (rank-3 linear layers, attention) in standard NNEF; input ids only
+    (transformers' padding mask takes a gather_nd, which the standard lacks)."""
+    import transformers
+
+    class Ids(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids):
+            return self.m(input_ids=ids, return_dict=False)[0]
+
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, intermediate_size=64,
+                                  max_position_embeddings=64, attn_implementation="eager")
+    export_khronos(Ids(transformers.BertModel(cfg).eval()), (torch.randint(0, 100, (2, 8)),),
+                   tmp_path)
+
+
+def test_archive_the_parser_refuses_is_not_written(tmp_path, monkeypatch):
+    """Without check, a Khronos export is still parsed by nnef.load_graph before it is
+    accepted; a refusal names the op and the model's line (the old deconv layout)."""
+    from t2n.load_check import LoadRefusedError
+    from t2n.targets import capabilities
+
+    monkeypatch.setitem(capabilities.KHRONOS, "deconv", capabilities.FLOAT)  # tract's layout
+    out = tmp_path / "m.nnef"
+    with pytest.raises(LoadRefusedError) as e:
+        t2n.export(TinyUNet().eval(), (torch.randn(1, 3, 16, 16),), str(out), target="khronos")
+    assert "filter batch" in str(e.value) and e.value.exit_code == 2
+    assert e.value.op == "aten::_convolution" and "(deconv)" in str(e.value)
+    assert "test_khronos.py" in e.value.where  # self.u2's line
+    assert list(tmp_path.iterdir()) == []

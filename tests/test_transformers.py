@@ -89,3 +89,34 @@ def test_t5_encoder_relative_positions(capture):
                                 num_heads=4, relative_attention_num_buckets=8,
                                 relative_attention_max_distance=16)
     _check(transformers.T5EncoderModel(cfg), capture)
+
+
+class Depth(torch.nn.Module):
+    """A depth-estimation model on pixel values, returning the predicted depth."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values):
+        return self.model(pixel_values=pixel_values, return_dict=False)[0]
+
+
+def test_dpt_depth_readout_loads_with_dynamic_batch():
+    """DPT's readout projection (``linear(cat([tokens, cls.expand_as(tokens)], -1))``)
+    made tract refuse the archive at load (t2n.passes.product_broadcasts); exported with a
+    dynamic batch, run at other batch sizes."""
+    cfg = transformers.DPTConfig(hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+                                 intermediate_size=128, image_size=64, patch_size=16,
+                                 neck_hidden_sizes=[16, 32, 64, 64], fusion_hidden_size=32,
+                                 backbone_out_indices=[0, 1, 2, 3],
+                                 initializer_range=0.1)  # depths of order 1 (0.02: 1e-8)
+    torch.manual_seed(0)
+    model = Depth(transformers.DPTForDepthEstimation(cfg).eval())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = assert_exports(model, (torch.randn(2, 3, 64, 64),), input_names=["pixel_values"],
+                             dynamic_axes={"pixel_values": {0: "B"}},
+                             more_args=[(torch.randn(1, 3, 64, 64),),
+                                        (torch.randn(3, 3, 64, 64),)], rtol=1e-4, atol=1e-4)
+    assert [str(d) for d in res.outputs[0].shape] == ["B", "64", "64"]

@@ -49,6 +49,8 @@ PIPELINE: tuple[str, ...] = (
     "transpose_first",  # transpose after an axis-merging reshape -> before it
     "collapse",  # reshape(reshape), transpose(transpose), broadcast into a binary op -> one
     "compose",  # GELU, layer norm, clamp, ... -> one call of an NNEF fragment each (tract)
+    "product_broadcasts",  # products read un-broadcast operands, broadcasts move after
+    #                        them (tract's einsum declutter mis-shapes a broadcast operand)
     "unshare_packed",  # a product with a large shared weight (tied head) -> two halves over
     #                    slices of it, which tract packs once instead of at every run
     "weights",  # weight storage format (weights="f16"/"q4_0"); decides on the final graph

@@ -70,6 +70,8 @@ def _relabelled(inputs: list[Tensor], specs: list[str]) -> list[str] | None:
 
 
 def run(g: Graph, ctx: PassContext) -> None:
+    if ctx.target != "tract":
+        return  # tract's reshape folding is the reason; standard matmul broadcasts size 1
     block_quantized = {vid for vid, st in getattr(g, "storage", {}).items()
                        if isinstance(st, Q4Storage)}
     for op in g.ops:

@@ -56,7 +56,7 @@ def run(g: Graph, ctx) -> None:
         if stored:
             w = derived(g, w, w.value.transpose(-1, -2))
         at = g.ops.index(add)
-        g.ops[at] = Op("linear", [x, w, b], {}, [add.outputs[0]])
+        g.ops[at] = Op("linear", [x, w, b], {}, [add.outputs[0]], op.origin or add.origin)
         g.ops.remove(op)
 
 

@@ -27,10 +27,10 @@ KHRONOS: dict[str, str] = {
         "asinh", "acosh", "atanh", "sqrt", "rsqrt", "sqr", "rsqr", "floor", "ceil", "round",
         "sigmoid", "relu", "elu", "selu", "silu", "softplus", "leaky_relu", "prelu", "clamp",
         # sliding windows, reductions, normalisation, products, resampling
-        "conv", "deconv", "separable_conv", "max_pool", "avg_pool", "rms_pool", "box",
+        "conv", "separable_conv", "max_pool", "avg_pool", "rms_pool", "box",
         "sum_reduce", "mean_reduce", "max_reduce", "min_reduce", "argmax_reduce",
         "argmin_reduce", "moments", "softmax", "batch_normalization", "l1_normalization",
-        "l2_normalization", "local_response_normalization", "matmul", "linear",
+        "l2_normalization", "local_response_normalization", "matmul",
         "nearest_upsample", "multilinear_upsample", "nearest_downsample", "area_downsample",
         "pad")},
     # generic data movement
@@ -40,6 +40,8 @@ KHRONOS: dict[str, str] = {
     **{k: COMPARE for k in ("lt", "gt", "le", "ge", "eq", "ne")},
     **{k: LOGICAL for k in ("and", "or", "not", "any_reduce", "all_reduce")},
     # tract ops with an exact standard form
+    "deconv": "lower:deconv",  # the standard filter layout is PyTorch's, not tract's
+    "linear": "lower:linear",  # the standard linear is rank 2: others become matmul + add
     "tract_core_gather": "lower:gather",
     "tract_core_cast": "lower:cast",
     "tract_core_silu": "lower:silu",

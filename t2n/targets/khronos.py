@@ -235,7 +235,72 @@ def _xor(g, op):
     return [g.op("and", g.op("or", a, b), g.op("not", g.op("and", a, b)))]
 
 
+def _float_only(op: Op) -> None:
+    bad = next((t.dtype for t in _flatten(op.args) if isinstance(t, Tensor)
+                and t.dtype != torch.float32), None)
+    if bad is not None:
+        raise _NoForm(f"{op.kind} on {bad} operands: standard NNEF has {op.kind} for float "
+                      "(scalar) tensors only")
+
+
+def _deconv(g, op):
+    """The standard ``deconv`` filter is ``[C_in, C_out/groups, k...]`` (PyTorch's layout;
+    the Khronos shape rules check ``filter[0] == input channels``), tract's is
+    ``[C_out, C_in/groups, k...]`` (what the graph holds, t2n's conv mapping): regroup it
+    back, per group, for any rank (1-D/2-D/3-D), dilation and padding."""
+    x, w = op.args[0], op.args[1]
+    _float_only(op)
+    groups = int(op.attrs.get("groups", 1) or 1)
+    c_out, c_in_g = w.shape[0], w.shape[1]
+    kernel = list(w.shape[2:])
+    if c_out % groups:
+        raise _NoForm(f"deconv filter of {c_out} rows in {groups} groups")
+    c_out_g = c_out // groups
+    if w.is_const:
+        data = w.value.reshape(groups, c_out_g, c_in_g, *kernel).transpose(1, 2)
+        data = data.reshape(groups * c_in_g, c_out_g, *kernel).contiguous()
+        var = next((v for v in g.variables if v.tensor is w), None)
+        w2 = g.variable(data, var.label if var else None)
+    else:
+        w2 = g.op("reshape", w, shape=[groups, c_out_g, c_in_g] + kernel,
+                  out_shape=[groups, c_out_g, c_in_g] + kernel)
+        perm = [0, 2, 1] + list(range(3, 3 + len(kernel)))
+        w2 = g.op("transpose", w2, axes=perm, out_shape=[groups, c_in_g, c_out_g] + kernel)
+        w2 = g.op("reshape", w2, shape=[groups * c_in_g, c_out_g] + kernel,
+                  out_shape=[groups * c_in_g, c_out_g] + kernel)
+    args = [x, w2] + list(op.args[2:])
+    y = op.outputs[0]
+    return [g.op("deconv", *args, out_shape=list(y.shape), out_dtype=y.dtype, **op.attrs)]
+
+
+def _linear(g, op):
+    """The standard ``linear`` takes a rank-2 input and filter only: any other rank is
+    ``matmul(x, W, transposeB = true)`` with the filter lifted to the input's rank (NNEF's
+    ``matmul`` wants equal ranks), plus the bias at the output's rank."""
+    x, w = op.args[0], op.args[1]
+    _float_only(op)
+    b = op.args[2] if len(op.args) > 2 else None
+    y = op.outputs[0]
+    if x.rank == 2 and w.rank == 2 and (not isinstance(b, Tensor) or b.rank <= 2):
+        return [g.op("linear", *op.args, out_shape=list(y.shape), out_dtype=y.dtype,
+                     **op.attrs)]
+    if w.rank < x.rank:
+        lifted = [1] * (x.rank - w.rank) + list(w.shape)
+        w = g.reshaped_const(w, lifted) if w.is_const else g.op(
+            "unsqueeze", w, axes=list(range(x.rank - w.rank)), out_shape=lifted)
+    t = g.op("matmul", x, w, transposeA=False, transposeB=True, out_shape=list(y.shape),
+             out_dtype=y.dtype)
+    if b is None or (isinstance(b, Tensor) and b.is_const and not bool(b.value.any())):
+        return [t]
+    if isinstance(b, Tensor) and b.rank != y.rank:
+        lifted = [1] * (y.rank - b.rank) + list(b.shape)
+        b = g.reshaped_const(b, lifted) if b.is_const else g.op(
+            "unsqueeze", b, axes=list(range(y.rank - b.rank)), out_shape=lifted)
+    return [g.op("add", t, b, out_shape=list(y.shape), out_dtype=y.dtype)]
+
+
 LOWERINGS = {
+    "deconv": _deconv, "linear": _linear,
     "cast": _cast, "gather": _gather, "silu": _silu, "hard_swish": _hard_swish,
     "gelu_tanh": _gelu_tanh, "erf": _erf, "softmax": _softmax, "log_softmax": _log_softmax,
     "rms_norm": _rms_norm, "broadcast": _broadcast, "constant": _constant, "xor": _xor,
