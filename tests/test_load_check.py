@@ -84,10 +84,11 @@ def test_refused_archive_names_op_and_line_and_is_not_written(tmp_path, without_
 
 def test_refused_archive_keeps_the_previous_one(tmp_path, without_the_fix):
     out = tmp_path / "m.nnef.tar"
-    out.write_bytes(b"previous archive")
+    t2n.export(torch.nn.ReLU(), (torch.randn(2, 3),), out)  # a good archive, replaceable
+    previous = out.read_bytes()
     with pytest.raises(LoadRefusedError):
         t2n.export(make_readout(), (torch.randn(1, 5, 8),), out)
-    assert out.read_bytes() == b"previous archive"
+    assert out.read_bytes() == previous
 
 
 def test_opt_out_writes_without_loading(tmp_path, loads, without_the_fix):
