@@ -76,7 +76,23 @@ _REFUSED = {
     "grid_sampler": "rounds grid_sample's coordinates and weights in bfloat16",
     "grid_sampler_2d": "rounds grid_sample's coordinates and weights in bfloat16",
     "grid_sampler_3d": "rounds grid_sample's coordinates and weights in bfloat16",
+    "_unsafe_masked_index_put_accumulate": "accumulates into the bfloat16 output, rounding "
+                                           "each sum",
+    # rounded between their aten steps (as in float16, op_mappings/products.py follows
+    # those steps there; measured on OpInfo's bf16 samples: several bf16 ulps apart)
+    "addbmm": "rounds each batch's product before adding the next",
+    "bilinear": "rounds its intermediate products to bfloat16",
+    "addr": "rounds the outer product to bfloat16 before adding it",
+    # PyTorch's bf16 batch-norm kernels round their statistics and the normalised value
+    # differently from one float32 computation (measured on OpInfo's bf16 samples: up to
+    # 0.125 apart)
+    **{name: "rounds its statistics to bfloat16 in its own steps" for name in (
+        "batch_norm", "native_batch_norm", "_native_batch_norm_legit",
+        "_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional",
+        "_batch_norm_with_update", "_batch_norm_no_update", "instance_norm")},
 }
+# with ``accumulate=True`` (argument 3) an index_put adds into the bf16 output in turn
+_ACCUMULATE_FLAG = {"index_put", "_index_put_impl"}
 # the generic convolutions run the transposed path (col2im, taps summed in bf16) when their
 # argument 6 (``transposed``) is set
 _TRANSPOSED_FLAG = {"convolution", "_convolution"}
@@ -120,6 +136,8 @@ def refusal(name: str, args) -> str | None:
     base = name[:-1] if name.endswith("_") else name
     if base in _TRANSPOSED_FLAG and len(args) > 6 and bool(args[6]):
         return "adds its kernel taps into the bfloat16 output one by one"
+    if base in _ACCUMULATE_FLAG and len(args) > 3 and bool(args[3]):
+        return "accumulates into the bfloat16 output, rounding each sum"
     return _REFUSED.get(base)
 
 
