@@ -53,9 +53,7 @@ class NodeContext:
     # a wider one (float16 interpolation weights of a half node computed in float32; set by
     # t2n.opmath), else None
     weights_dtype: object = None
-    # the dtypes PyTorch gave the outputs (``out_dtypes`` holds the graph's: bfloat16 is
-    # computed in float32, t2n.bf16_values rounds where PyTorch holds bf16)
-    torch_out_dtypes: list = field(default_factory=list)
+    torch_out_dtypes: list = field(default_factory=list)  # PyTorch's (bf16: t2n.bf16_values)
 
 
 class Graph:
@@ -81,9 +79,6 @@ class Graph:
         self.storage: dict = {}
         # the compute dtype of bfloat16 values (export's ``dtype=``); tract has no bf16
         self.bf16_as = torch.float32
-        # whether bf16 results are rounded to bf16 as PyTorch rounds them (t2n.bf16_values);
-        # not with an explicit compute dtype (t2n.compute_dtype)
-        self.bf16_rounding = False
         # the export's streaming axis (t2n.streaming.Streaming) or None; lowerings consult
         # it through streams() to pick forms tract can pulse
         self.streaming = None
