@@ -83,6 +83,7 @@ _REFUSED = {
     "addbmm": "rounds each batch's product before adding the next",
     "bilinear": "rounds its intermediate products to bfloat16",
     "addr": "rounds the outer product to bfloat16 before adding it",
+    "nextafter": "steps to the next bfloat16 value, not to float32's",
     # measured one bf16 ulp apart on OpInfo's samples (its log-sum is held in bf16)
     "log_softmax": "rounds its log-sum to bfloat16 before subtracting it",
     "_log_softmax": "rounds its log-sum to bfloat16 before subtracting it",
