@@ -108,9 +108,14 @@ _ACCUMULATE_FLAG = {"index_put", "_index_put_impl"}
 # argument 6 (``transposed``) is set
 _TRANSPOSED_FLAG = {"convolution", "_convolution"}
 
-# ops whose Python-number operand PyTorch casts to the tensor's dtype (bf16) before the
-# float formula (as for float16, t2n/opmath.py's _HALF_SCALARS)
-_BF16_SCALARS = {"fmod", "remainder"}
+# ops whose Python-number (or 0-dim tensor) operand PyTorch casts to the bf16 tensor's
+# dtype before the float formula (TensorIterator's common dtype; measured with torch 2.13:
+# ``b + 0.1`` adds bf16(0.1), ``b == 0.1`` compares with bf16(0.1)); mul, div, lerp and the
+# activations' parameters keep the number in float and are not listed
+_BF16_SCALARS = {"add", "sub", "rsub", "pow", "fmod", "remainder", "hypot", "atan2",
+                 "arctan2", "maximum", "minimum", "fmax", "fmin"}
+_COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge", "greater", "less", "greater_equal",
+                "less_equal", "not_equal"}
 
 # the fragment's literals, each exactly the float32 it names
 _BODY = [
@@ -132,6 +137,8 @@ def call_node(g, name: str, fn, args: list):
     per PyTorch's half opmath (:func:`t2n.opmath.call`)."""
     if is_bf16_node(g):
         return call(g, name, fn, args)
+    if getattr(g, "bf16_rounding", False) and _base(name) in _COMPARISONS:
+        args = _bf16_operands(g, args)
     return opmath.call(g, name, fn, args)
 
 
@@ -159,15 +166,39 @@ def call(g, name: str, fn, args: list):
     if why is not None:
         raise g.error(f"bfloat16 result: PyTorch's {name} {why}, which t2n does not "
                       "reproduce; compute it in float32 (cast to bfloat16 after it)")
-    if (name[:-1] if name.endswith("_") else name) in _BF16_SCALARS:
-        args = [float(torch.tensor(a, dtype=BF16)) if isinstance(a, float) else a
-                for a in args]
+    if _base(name) in _BF16_SCALARS:
+        args = _bf16_operands(g, args)
     result = fn(g, *args)
     wants = list(g.node.torch_out_dtypes)
     if isinstance(result, (tuple, list)) and len(wants) > 1:
         return type(result)(_rounded(g, r, d)
                             for r, d in zip(result, wants + [None] * len(result)))
     return _rounded(g, result, wants[0] if wants else None)
+
+
+def _base(name: str) -> str:
+    return name[:-1] if name.endswith("_") else name
+
+
+def _is_bf16(g, t) -> bool:
+    return isinstance(t, Tensor) and (id(t) in _held(g) or (
+        t.value is not None and t.value.dtype == BF16))
+
+
+def _bf16_operands(g, args: list) -> list:
+    """The first two operands with a Python number or a 0-dim float tensor beside a bf16
+    tensor rounded to bf16, as PyTorch's common dtype casts them."""
+    ops = list(args[:2])
+    if not any(_is_bf16(g, a) for a in ops):
+        return args
+    dimensioned = any(_is_bf16(g, a) and a.rank > 0 for a in ops)
+    for i, a in enumerate(ops):
+        if isinstance(a, (int, float)) and not isinstance(a, bool):
+            ops[i] = float(torch.tensor(a, dtype=torch.float64).to(BF16))
+        elif isinstance(a, Tensor) and a.rank == 0 and dimensioned and not _is_bf16(g, a) \
+                and a.dtype.is_floating_point:
+            ops[i] = round_to_bf16(g, g.cast(a, torch.float32))
+    return ops + list(args[2:])
 
 
 def round_to_bf16(g, t: Tensor) -> Tensor:

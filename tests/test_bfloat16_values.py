@@ -114,3 +114,21 @@ def test_bf16_buffers_of_a_float_model_need_no_dtype():
     result = assert_exports(model, (torch.randn(2, 16),), rtol=0, atol=0)
     assert all(o.dtype == "f32" for o in result.outputs)
     assert model.scale.dtype == torch.bfloat16  # the model is left as it is
+
+
+class ScalarOperands(torch.nn.Module):
+    """Python numbers beside bf16 tensors: PyTorch rounds them to bf16 for add, sub, pow,
+    fmod and comparisons (TensorIterator's common dtype), keeps them in float for mul and
+    the activations' parameters."""
+
+    def forward(self, x):
+        b = x.bfloat16()
+        return (b + 0.1, 0.7 - b, b * 0.1, b.abs() ** 2.1, torch.fmod(b, 0.3),
+                torch.where(b > 0, b, 0.1), b.clamp(0.1, 0.5), b > 0.1, b == 0.1, b <= 0.1,
+                torch.nn.functional.leaky_relu(b, 0.3))
+
+
+def test_python_numbers_beside_bf16_tensors_round_as_pytorch():
+    x = torch.linspace(-1, 1, 4097)
+    x[100], x[101] = 0.10009765625, 0.0999755859375  # bf16(0.1) and f16(0.1)
+    assert_exports(ScalarOperands(), (x,), rtol=0, atol=0)
