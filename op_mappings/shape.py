@@ -7,8 +7,6 @@ symbolic sizes (dynamic axes), which are written as tract dim expressions.
 
 from __future__ import annotations
 
-import torch
-
 from t2n.registry import aten
 
 
@@ -236,11 +234,11 @@ def unbind(g, self, dim=0):
 
 
 def _cast_to(g, self, dtype):
+    """A cast to the node's output dtype as the graph holds it: a bfloat16 result is float32
+    there, rounded to bf16 by the walker (t2n.bf16_values) or computed in the export's
+    ``dtype=`` (t2n.compute_dtype)."""
     if dtype is None:
         return self
-    if dtype == torch.bfloat16:
-        g.warnings.append("a cast to bfloat16 is exported as float32 (tract has no bf16)")
-        dtype = torch.float32
     return g.cast(self, dtype)
 
 

@@ -203,6 +203,9 @@ def _build(model, binding, output_names, dynamic_axes, options,
     g = Graph()
     if bf16_as is not None:
         g.bf16_as = bf16_as
+    # without an explicit compute dtype, bf16 values (casts, bf16 buffers) are held in f32
+    # and rounded as PyTorch rounds them (t2n.bf16_values)
+    g.bf16_rounding = bf16_as is None
     g.streaming = spec
     g.properties = dict(options.get("properties") or {})
     inputs = []

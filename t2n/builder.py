@@ -53,6 +53,7 @@ class NodeContext:
     # a wider one (float16 interpolation weights of a half node computed in float32; set by
     # t2n.opmath), else None
     weights_dtype: object = None
+    torch_out_dtypes: list = field(default_factory=list)  # PyTorch's (bf16: t2n.bf16_values)
 
 
 class Graph:

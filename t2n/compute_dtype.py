@@ -1,7 +1,8 @@
 """bfloat16 models: the export's explicit compute dtype (``dtype="f32"`` or ``"f16"``).
 
-tract has no bfloat16. A model holding bf16 weights, or taking bf16 inputs, is exported only
-with an explicit choice of what the graph computes in:
+tract has no bfloat16. A model holding bf16 parameters, or taking bf16 inputs, is exported
+only with an explicit choice of what the graph computes in (a float model's bf16 buffers and
+casts need none: their values are rounded as in PyTorch, t2n/bf16_values.py):
 
 * ``dtype="f32"``: every bf16 value becomes float32 (exact: bf16 is a truncated float32),
   so the archive computes what the model computes when converted with ``.float()``;
@@ -27,26 +28,29 @@ from .errors import UsageError
 CHOICES = {"f32": torch.float32, "f16": torch.float16}
 
 
-def _bf16_tensors(model, args) -> list[str]:
-    found = []
+def _bf16_tensors(model, args) -> tuple[list[str], list[str]]:
+    """The bf16 parameters and inputs (what makes a model bfloat16), and the bf16 buffers."""
+    weights, buffers = [], []
     if isinstance(model, torch.nn.Module):
-        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-            if t.dtype == torch.bfloat16:
-                found.append(name)
-    found += [f"input {i}" for i, a in enumerate(args) if a.dtype == torch.bfloat16]
-    return found
+        weights = [n for n, t in model.named_parameters() if t.dtype == torch.bfloat16]
+        buffers = [n for n, t in model.named_buffers() if t.dtype == torch.bfloat16]
+    weights += [f"input {i}" for i, a in enumerate(args) if a.dtype == torch.bfloat16]
+    return weights, buffers
 
 
 def resolve(dtype, model, args) -> torch.dtype | None:
-    """The compute dtype of bf16 values for this export, or None (no bf16 in the model).
+    """The compute dtype of bf16 values for this export, or None: no bf16 parameters or
+    inputs, the graph rounds its bf16 values as PyTorch does (t2n.bf16_values).
 
-    A bf16 model without ``dtype`` and a ``dtype`` for a model without bf16 are refused,
-    so the choice is always explicit and never a no-op."""
+    A bf16 model (bf16 parameters or inputs) without ``dtype`` and a ``dtype`` for a model
+    without bf16 are refused, so the choice is always explicit and never a no-op."""
     if dtype is not None and dtype not in CHOICES:
         raise UsageError(f"dtype={dtype!r}: choose 'f32' or 'f16' (the compute dtype of a "
                          "bfloat16 model)")
-    found = _bf16_tensors(model, args)
-    if not found:
+    found, buffers = _bf16_tensors(model, args)
+    if not found and (dtype is None or not buffers):
+        # bf16 buffers of a float model (RecurrentGemma's ``normalizer``) are values of
+        # that model: held in f32 and computed with PyTorch's bf16 rules (t2n.bf16_values)
         if dtype is not None:
             raise UsageError(f"dtype={dtype!r} sets the compute dtype of a bfloat16 model, "
                              "and this model has no bfloat16 weights or inputs (to store "

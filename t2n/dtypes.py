@@ -1,6 +1,8 @@
 """The one table that says how a torch dtype appears in NNEF and in tract.
 
-tract has no bf16 and no complex; bf16 is upcast to f32 (with a warning at export time).
+tract has no bf16 and no complex; bf16 values are held in f32 (rounded to bf16 as PyTorch
+rounds them, t2n/bf16_values.py, or computed in the export's ``dtype=``,
+t2n/compute_dtype.py).
 Bools are written 1-bit packed in .dat files (the only layout both tract and the Khronos
 reader accept).
 """

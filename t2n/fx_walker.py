@@ -23,7 +23,7 @@ import re
 
 import torch
 
-from . import opmath, registry
+from . import bf16_values, registry
 from .builder import Graph, NodeContext, Tensor, Unavailable
 from .errors import ConversionError, UnsupportedOperatorsError
 from .export_capture import PREFIX
@@ -216,12 +216,13 @@ class FxWalker:
             op=schema.name,
             out_dtypes=[self.g.computed(v.dtype) if isinstance(v, torch.Tensor) else None
                         for v in vals],
+            torch_out_dtypes=[v.dtype if isinstance(v, torch.Tensor) else None for v in vals],
             out_shapes=[[self._sym(d) for d in v.shape] if isinstance(v, torch.Tensor)
                         else None for v in vals],
             where=where,
             in_strides=[_strides(a) for a in _schema_nodes(schema, node)])
         try:
-            result = opmath.call(self.g, name, fn, resolved)
+            result = bf16_values.call_node(self.g, name, fn, resolved)
         finally:
             self.g.node = None
         if len(vals) > 1 and isinstance(result, (tuple, list)):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from . import dtypes, opmath, registry
+from . import bf16_values, dtypes, registry
 from .folding import FoldedStorage, number_as_tensor
 from .builder import Graph, NodeContext, Tensor, Unavailable
 from .errors import ConversionError, UnsupportedOperatorsError
@@ -303,12 +303,13 @@ class Walker:
         args = self._resolve_args(schema, node, inputs)
         self.g.node = NodeContext(op=f"aten::{name}",
                                   out_dtypes=[self.g.computed(_ts_dtype(o)) for o in outs],
+                                  torch_out_dtypes=[_ts_dtype(o) for o in outs],
                                   out_shapes=shapes, where=where,
                                   in_strides=[_ts_strides(v) for v in node.inputs()])
         try:
             if registry.is_inplace(name):
                 return self._inplace(node, name, fn, args)
-            result = opmath.call(self.g, name, fn, args)
+            result = bf16_values.call_node(self.g, name, fn, args)
         finally:
             self.g.node = None
         results = list(result) if isinstance(result, (tuple, list)) and len(outs) > 1 \
@@ -461,7 +462,7 @@ class Walker:
             result = fn(self.g, *args)
             self._register_view(node, name[:-1], args)
             return [result]
-        result = opmath.call(self.g, name, fn, args)
+        result = bf16_values.call_node(self.g, name, fn, args)
         result = self.g.cast(result, target.dtype)
         if tuple(result.shape) != tuple(target.shape):
             result = self.g.broadcast_to(result, target.shape)

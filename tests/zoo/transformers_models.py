@@ -236,6 +236,13 @@ MODELS = [
                 attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
                 mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, use_mamba_kernels=False),
             text),
+    TfModel("recurrent_gemma", "state-space decoders",  # Griffin: RG-LRU and local
+            # attention blocks; keeps a bfloat16 buffer (``normalizer``) in a float32 model
+            _lm("RecurrentGemmaForCausalLM", "RecurrentGemmaConfig", vocab_size=VOCAB,
+                hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=1, head_dim=16, intermediate_size=96, lru_width=64,
+                attention_window_size=8, conv1d_width=4,
+                block_types=["recurrent", "attention"]), text),
     # ---- mixture-of-experts decoders
     TfModel("mixtral", "mixture-of-experts decoders",
             _lm("MixtralForCausalLM", "MixtralConfig", **MOE, num_local_experts=4,
