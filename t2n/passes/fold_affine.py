@@ -143,7 +143,7 @@ def _fold_after(g: Graph, index: Index, op: Op) -> bool:
     else:
         shape[-1] = c
     new_w = (wv * scale.reshape(shape)).to(w.dtype)
-    op.args[1] = derived(g, w, new_w, scaled=True)
+    index.set_arg(op, 1, derived(g, w, new_w, scaled=True))
     last = chain[-1].outputs[0]
     if kind == "conv":
         b = shift.to(w.dtype).reshape(1, c)
@@ -153,27 +153,21 @@ def _fold_after(g: Graph, index: Index, op: Op) -> bool:
         else:
             bt = derived(g, w, b, suffix="bias")
         if len(op.args) > 2:
-            op.args[2] = bt
+            index.set_arg(op, 2, bt)
         elif "bias" in op.attrs:
-            op.attrs["bias"] = bt
+            index.set_attr(op, "bias", bt)
         else:
-            op.args.append(bt)
-        op.outputs[0] = last
-        _drop(g, chain)
+            index.set_arg(op, len(op.args), bt)
+        index.set_output(op, 0, last)
+        index.remove(chain)
         return True
     # matmul: one bias add remains (if any shift at all)
     inner = Tensor(g.fresh_name("matmul"), y.shape, y.dtype)
-    op.outputs[0] = inner
-    _drop(g, chain)
+    index.set_output(op, 0, inner)
+    index.remove(chain)
     if had_bias or bool((shift != 0).any()):
         b = shift.to(w.dtype).reshape([1] * (y.rank - 1) + [c])
-        add = Op("add", [inner, derived(g, w, b, suffix="bias")], {}, [last])
-        g.ops.insert(g.ops.index(op) + 1, add)
+        index.insert_after(op, Op("add", [inner, derived(g, w, b, suffix="bias")], {}, [last]))
     else:
-        op.outputs[0] = last
+        index.set_output(op, 0, last)
     return True
-
-
-def _drop(g: Graph, ops: list[Op]) -> None:
-    ids = {id(o) for o in ops}
-    g.ops = [o for o in g.ops if id(o) not in ids]

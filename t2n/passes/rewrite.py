@@ -49,60 +49,157 @@ def read_elsewhere(g: Graph, index: "Index", w: Tensor) -> bool:
 
 def rewrite_until_stable(g: Graph, rule) -> None:
     """Apply ``rule(g, index, op) -> bool`` (True when it rewrote the graph) to the live ops
-    until none fires. The index is rebuilt after every rewrite: a rule may remove, add or
-    rewire ops, and the next match must see the graph as it now is."""
-    changed = True
+    until none fires. One index is built once and kept up to date by the rule's edits
+    (:meth:`Index.set_arg`, :meth:`Index.set_output`, :meth:`Index.remove`,
+    :meth:`Index.insert_after`), so a sweep costs one visit per op whatever the number of
+    rewrites. A sweep goes on after a rewrite (the ops it visits next see the graph as it now
+    is); sweeps repeat until one rewrites nothing, which is the fixed point."""
+    index = Index(g)
+    changed, rewrote = True, False
     while changed:
         changed = False
-        index = Index(g)
-        for op in list(g.ops):
-            if rule(g, index, op):
-                changed = True
-                break
+        for op in index.ops_in_order():
+            if not index.removed(op) and rule(g, index, op):
+                changed = rewrote = True
+    index.commit()
+    if rewrote:
+        g.ops = g.live_ops()  # as the index of a next pass would see them
 
 
 class Index:
-    """Producer and readers of every tensor of the live graph, built once per sweep.
+    """Producer and readers of every tensor of the live graph.
 
     ``uses[id(t)]`` lists ``(op, position)``: an argument index, ``("list", i)`` for a tensor
-    inside a list argument, or ``("attr", name)``."""
+    inside a list argument, or ``("attr", name)``, in the order of the ops in the graph.
+
+    A pass that builds the index once and only reads it may edit the graph as it likes
+    until it builds the next. A rule of :func:`rewrite_until_stable` keeps reading the same
+    index after its edits, so it makes them through the index: :meth:`set_arg`,
+    :meth:`set_output`, :meth:`remove` and :meth:`insert_after` edit the op and the index
+    together; :meth:`commit` writes the op list back to the graph."""
 
     def __init__(self, g: Graph):
         g.ops = g.live_ops()
         self.g = g
         self.producer: dict[int, Op] = {}
         self.uses: dict[int, list] = {}
-        for op in g.ops:
-            for o in op.outputs:
-                self.producer[id(o)] = op
-            for i, a in enumerate(op.args):
-                if isinstance(a, Tensor):
-                    self.uses.setdefault(id(a), []).append((op, i))
-                elif isinstance(a, (list, tuple)):
-                    for x in _flatten(a):
-                        if isinstance(x, Tensor):
-                            self.uses.setdefault(id(x), []).append((op, ("list", i)))
-            for k, v in op.attrs.items():
-                for x in _flatten([v]):
-                    if isinstance(x, Tensor):
-                        self.uses.setdefault(id(x), []).append((op, ("attr", k)))
+        self._order: dict[int, tuple] = {}  # id(op) -> sort key of its place in the graph
+        self._gone: set[int] = set()  # ids of removed ops
+        self._added: list[Op] = []  # ops inserted, in the graph once committed
+        self._unsorted: set[int] = set()  # tensors whose uses need sorting by place
+        self._inserted = 0
+        for n, op in enumerate(g.ops):
+            self._order[id(op)] = (n,)
+            self._enter(op)
         self.outputs = {id(t) for t in g.outputs}
         self._by_storage = None  # see variables_over
 
+    @staticmethod
+    def _slots(op: Op):
+        """``(tensor, position)`` of every tensor ``op`` reads, in argument order."""
+        for i, a in enumerate(op.args):
+            if isinstance(a, Tensor):
+                yield a, i
+            elif isinstance(a, (list, tuple)):
+                for x in _flatten(a):
+                    if isinstance(x, Tensor):
+                        yield x, ("list", i)
+        for k, v in op.attrs.items():
+            for x in _flatten([v]):
+                if isinstance(x, Tensor):
+                    yield x, ("attr", k)
+
+    def _enter(self, op: Op, late: bool = False) -> None:
+        for o in op.outputs:
+            self.producer[id(o)] = op
+        for t, pos in self._slots(op):
+            if late:  # a new list: a caller may be walking the old one
+                self.uses[id(t)] = self.uses.get(id(t), []) + [(op, pos)]
+                self._unsorted.add(id(t))
+            else:
+                self.uses.setdefault(id(t), []).append((op, pos))
+
+    def _leave(self, op: Op) -> None:
+        for o in op.outputs:
+            if self.producer.get(id(o)) is op:
+                del self.producer[id(o)]
+        for t in {id(t): t for t, _ in self._slots(op)}.values():
+            self.uses[id(t)] = [u for u in self.uses[id(t)] if u[0] is not op]
+
+    # ---- edits (the op and the index together)
+    def set_arg(self, op: Op, i: int, value) -> None:
+        """``op.args[i] = value`` (appended when ``i`` is ``len(op.args)``)."""
+        self._leave(op)
+        if i == len(op.args):
+            op.args.append(value)
+        else:
+            op.args[i] = value
+        self._enter(op, late=True)
+
+    def set_attr(self, op: Op, name: str, value) -> None:
+        """``op.attrs[name] = value``."""
+        self._leave(op)
+        op.attrs[name] = value
+        self._enter(op, late=True)
+
+    def set_output(self, op: Op, i: int, t: Tensor) -> None:
+        """``op.outputs[i] = t``: ``op`` now produces ``t``."""
+        old = op.outputs[i]
+        if self.producer.get(id(old)) is op:
+            del self.producer[id(old)]
+        op.outputs[i] = t
+        self.producer[id(t)] = op
+
+    def remove(self, ops: list[Op]) -> None:
+        """Take ``ops`` out of the graph."""
+        for op in ops:
+            self._leave(op)
+            self._gone.add(id(op))
+
+    def insert_after(self, anchor: Op, op: Op) -> None:
+        """Put ``op`` right after ``anchor`` (before the ops inserted after it earlier)."""
+        self._inserted += 1
+        self._order[id(op)] = self._order[id(anchor)] + (-self._inserted,)
+        self._added.append(op)
+        self._enter(op, late=True)
+
+    def removed(self, op: Op) -> bool:
+        return id(op) in self._gone
+
+    def ops_in_order(self) -> list[Op]:
+        """The ops of the graph as it now is, in order."""
+        ops = [o for o in self.g.ops + self._added if id(o) not in self._gone]
+        ops.sort(key=lambda o: self._order[id(o)])
+        return ops
+
+    def commit(self) -> None:
+        """Write the edited op list back to the graph."""
+        self.g.ops = self.ops_in_order()
+        for n, op in enumerate(self.g.ops):
+            self._order[id(op)] = (n,)
+        self._gone.clear()
+        self._added = []
+
     def readers(self, t: Tensor) -> list:
-        return self.uses.get(id(t), [])
+        u = self.uses.get(id(t), [])
+        if id(t) in self._unsorted:
+            u = sorted(u, key=lambda r: self._order[id(r[0])])  # stable: argument order
+            self.uses[id(t)] = u
+            self._unsorted.discard(id(t))
+        return u
 
     def variables_over(self, g: Graph, ptr: int) -> list:
         """The read variables of ``g`` whose data lives in the storage at ``ptr`` (views
-        of one model weight), from a map built once per index: asking per weight of a
-        large model would otherwise scan every variable each time."""
+        of one model weight), from a map of storages built once per index: asking per
+        weight of a large model would otherwise scan every variable each time. A variable
+        made after the map (a folded weight) has storage of its own."""
         if self._by_storage is None:
             self._by_storage = {}
             for v in g.variables:
-                if id(v.tensor) in self.uses and v.data.numel():
+                if v.data.numel():
                     key = v.data.untyped_storage().data_ptr()
                     self._by_storage.setdefault(key, []).append(v.tensor)
-        return self._by_storage.get(ptr, [])
+        return [t for t in self._by_storage.get(ptr, []) if self.uses.get(id(t))]
 
     def only_reader(self, t: Tensor):
         """``(op, position)`` when ``t`` has exactly one reader and is not a graph output."""
