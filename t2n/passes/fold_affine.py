@@ -26,7 +26,7 @@ import torch
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
 from .rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector, const,
-                      derived, enabled, float64, read_elsewhere)
+                      derived, enabled, float64, read_elsewhere, scaled_weight)
 
 
 def run(g: Graph, ctx) -> None:
@@ -134,16 +134,15 @@ def _fold_after(g: Graph, index: Index, op: Op) -> bool:
         t = o
     if not chain or kind == "matmul" and [u.kind for u in chain] == ["add"]:
         return False  # nothing to fold (a matmul's own bias add stays as it is)
-    wv = float64(w.value)
-    shape = [1] * wv.dim()
+    shape = [1] * w.value.dim()
     if kind == "conv":
         shape[0] = c
     elif op.attrs.get("transposeB", False):
         shape[-2] = c
     else:
         shape[-1] = c
-    new_w = (wv * scale.reshape(shape)).to(w.dtype)
-    index.set_arg(op, 1, derived(g, w, new_w, scaled=True))
+    new_w = scaled_weight(w.value, scale.reshape(shape))
+    index.set_arg(op, 1, derived(g, w, new_w, scaled=True, owned=True))
     last = chain[-1].outputs[0]
     if kind == "conv":
         b = shift.to(w.dtype).reshape(1, c)

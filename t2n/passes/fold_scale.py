@@ -25,7 +25,7 @@ import torch
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
 from .rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector, derived,
-                      enabled, float64, scalar_const, read_elsewhere)
+                      enabled, float64, scalar_const, read_elsewhere, scaled_weight)
 
 _LAYOUT = ("reshape", "transpose", "slice", "squeeze", "unsqueeze", "copy")
 
@@ -234,10 +234,9 @@ def _scale_rows(g: Graph, index: Index, lin: Op, chans: torch.Tensor, s: float) 
     c = int(y.shape[-1])
     factor = torch.ones(c, dtype=torch.float64)
     factor[chans] = s
-    wv = float64(w.value)  # [.., out, in]
-    new_w = wv * factor.reshape([1] * (wv.dim() - 2) + [c, 1])
+    new_w = scaled_weight(w.value, factor.reshape(c, 1))  # [.., out, in]
     bv = float64(channel_vector(b, y.rank, y.rank - 1, c)) * factor
-    new_w = derived(g, w, new_w.to(w.dtype), scaled=True)
+    new_w = derived(g, w, new_w, scaled=True, owned=True)
     new_b = derived(g, b if b.literal is None else w, bv.to(b.dtype).reshape(
         [1] * (y.rank - 1) + [c]), suffix=None if b.literal is None else "bias",
         scaled=b.literal is None)

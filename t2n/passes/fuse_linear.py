@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
-from .rewrite import Index, channel_vector, derived, may_fold_weights
+from .rewrite import Index, channel_vector, derived, may_fold_weights, read_elsewhere
 
 
 def run(g: Graph, ctx) -> None:
@@ -53,8 +53,9 @@ def run(g: Graph, ctx) -> None:
                 or b.rank != z.rank or channel_vector(b, z.rank, z.rank - 1, c) is None \
                 or tuple(add.outputs[0].shape) != tuple(z.shape):
             continue
-        if stored:
-            w = derived(g, w, w.value.transpose(-1, -2))
+        if stored:  # the transpose stays a view of the model's weight, written in C order
+            w = derived(g, w, w.value.transpose(-1, -2),
+                        view=not read_elsewhere(g, index, w))
         at = g.ops.index(add)
         g.ops[at] = Op("linear", [x, w, b], {}, [add.outputs[0]])
         g.ops.remove(op)

@@ -190,15 +190,16 @@ class Index:
 
     def variables_over(self, g: Graph, ptr: int) -> list:
         """The read variables of ``g`` whose data lives in the storage at ``ptr`` (views
-        of one model weight), from a map of storages built once per index: asking per
-        weight of a large model would otherwise scan every variable each time. A variable
-        made after the map (a folded weight) has storage of its own."""
+        of one model weight), from a map of storages kept with the index (variables made
+        since are added as they come): asking per weight of a large model would otherwise
+        scan every variable each time."""
         if self._by_storage is None:
-            self._by_storage = {}
-            for v in g.variables:
-                if v.data.numel():
-                    key = v.data.untyped_storage().data_ptr()
-                    self._by_storage.setdefault(key, []).append(v.tensor)
+            self._by_storage, self._mapped = {}, 0
+        for v in g.variables[self._mapped:]:
+            if v.data.numel():
+                key = v.data.untyped_storage().data_ptr()
+                self._by_storage.setdefault(key, []).append(v.tensor)
+        self._mapped = len(g.variables)
         return [t for t in self._by_storage.get(ptr, []) if self.uses.get(id(t))]
 
     def only_reader(self, t: Tensor):
@@ -256,21 +257,31 @@ def label_of(g: Graph, t: Tensor) -> str | None:
 
 
 def derived(g: Graph, like: Tensor | None, data: torch.Tensor, suffix: str | None = None,
-            scaled: bool = False):
+            scaled: bool = False, view: bool = False, owned: bool = False):
     """A constant computed from ``like``: inline when small, else a variable under
     ``like``'s file label (the original, once unused, is not written). ``suffix`` replaces
     the label's last component (``conv.weight`` -> ``conv.bias``). ``scaled``: ``data`` is
     ``like`` (same shape) times a broadcast factor; ``g.scaled_from`` then records the
     tensor it scales (``like``'s own source when ``like`` was scaled too), which is what
     t2n.weight_formats and t2n.weight_check read; ``g.folded`` holds every derived
-    variable (for the report of a compressed format)."""
-    data = data.detach().contiguous()
+    variable (for the report of a compressed format). ``view``: ``data`` is a layout view
+    (a transpose) of ``like``'s data, which no other variable in use shares: the variable
+    keeps the view, and the writer writes it in C order a few MB at a time, so no second
+    copy of the weight is ever held. ``owned``: ``data`` is a contiguous tensor the caller
+    made for this constant and keeps no other use of (:func:`scaled_weight`): it is not
+    copied."""
+    data = data.detach()
     if data.numel() <= 8:
-        return g.const(data)
+        return g.const(data.contiguous())
+    if not view and not owned:
+        src = data
+        data = data.contiguous()
+        if data is src:
+            data = data.clone()  # the caller's tensor (or the model's): a copy of our own
     label = label_of(g, like) if like is not None else None
     if label and suffix:
         label = label.rsplit(".", 1)[0] + "." + suffix if "." in label else label + "." + suffix
-    t = g.variable(data.clone(), label)
+    t = g.variable(data, label)
     g.__dict__.setdefault("folded", set()).add(id(t))
     if scaled and like is not None and isinstance(like.value, torch.Tensor) \
             and tuple(like.value.shape) == tuple(data.shape):
@@ -323,6 +334,27 @@ def emit_before(g: Graph, anchor: Op, build) -> Tensor:
 
 def float64(v: torch.Tensor) -> torch.Tensor:
     return v.to(torch.float64)
+
+
+SCALE_BLOCK = 1 << 20  # elements of a weight scaled in float64 at a time
+
+
+def scaled_weight(v: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """``(float64(v) * factor).to(v.dtype)``, contiguous, for a float64 ``factor`` that
+    broadcasts against ``v``: the same numbers, computed a block of at most
+    :data:`SCALE_BLOCK` elements at a time, so that folding never holds a float64 copy of a
+    whole weight (GPT-2's attention projections: 14 MB each)."""
+    factor = factor.reshape([1] * (v.dim() - factor.dim()) + list(factor.shape))
+    out = torch.empty(v.shape, dtype=v.dtype)
+    axis = next((a for a, d in enumerate(v.shape) if d > 1), None)
+    if axis is None or v.numel() <= SCALE_BLOCK:
+        return out.copy_((float64(v) * factor).to(v.dtype))
+    step = max(1, SCALE_BLOCK * v.shape[axis] // v.numel())
+    for i in range(0, v.shape[axis], step):
+        n = min(step, v.shape[axis] - i)
+        f = factor.narrow(axis, i, n) if factor.shape[axis] > 1 else factor
+        out.narrow(axis, i, n).copy_((float64(v.narrow(axis, i, n)) * f).to(v.dtype))
+    return out
 
 
 def einsum_specs(op: Op):
