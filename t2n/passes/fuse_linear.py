@@ -29,6 +29,8 @@ def run(g: Graph, ctx) -> None:
     # a compressed format could not map its rounding back onto the model for the check
     transpose_ok = ctx.options.get("weights") in (None, "f32")
     index = Index(g)
+    place = {id(op): at for at, op in enumerate(g.ops)}
+    fused: set[int] = set()  # matmuls now inside a linear, left out at the end
     for op in list(g.ops):
         if op.kind != "matmul" or len(op.args) != 2 or op.attrs.get("transposeA"):
             continue
@@ -56,9 +58,10 @@ def run(g: Graph, ctx) -> None:
         if stored:  # the transpose stays a view of the model's weight, written in C order
             w = derived(g, w, w.value.transpose(-1, -2),
                         view=not read_elsewhere(g, index, w))
-        at = g.ops.index(add)
-        g.ops[at] = Op("linear", [x, w, b], {}, [add.outputs[0]])
-        g.ops.remove(op)
+        g.ops[place[id(add)]] = Op("linear", [x, w, b], {}, [add.outputs[0]])
+        fused.add(id(op))
+    if fused:
+        g.ops = [op for op in g.ops if id(op) not in fused]
 
 
 PASS = GraphPass("fuse_linear", run, options=("optimize",))

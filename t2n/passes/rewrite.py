@@ -163,6 +163,10 @@ class Index:
         self._added.append(op)
         self._enter(op, late=True)
 
+    def place(self, op: Op) -> tuple:
+        """Where ``op`` is in the graph, as a key that sorts ops in graph order."""
+        return self._order[id(op)]
+
     def removed(self, op: Op) -> bool:
         return id(op) in self._gone
 
