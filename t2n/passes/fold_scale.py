@@ -126,12 +126,14 @@ def _source(g: Graph, index: Index, t: Tensor):
     mine = idx[id(t)].reshape(-1)
     if not mine.numel():
         return None  # an empty operand: no channel to scale
-    # counting instead of torch.unique (a sort): linear in the operand's size
-    chans = torch.bincount(mine % c, minlength=c).nonzero().reshape(-1)
+    # counting instead of torch.unique (a sort): linear in the operand's size. The layout
+    # ops of _apply are views, so ``mine`` holds distinct positions of y: covering whole
+    # channels is every channel it touches counted per_channel times
+    counts = torch.bincount(mine % c, minlength=c)
+    chans = counts.nonzero().reshape(-1)
     per_channel = _numel(y) // c
-    if chans.numel() * per_channel != mine.numel() \
-            or int(torch.bincount(mine, minlength=_numel(y)).max()) > 1:
-        return None  # not whole channels (or a channel seen twice)
+    if bool((counts[chans] != per_channel).any()):
+        return None  # not whole channels
     taken = torch.zeros(c, dtype=torch.bool)
     taken[chans] = True
     for leaf, _reader in leaves:

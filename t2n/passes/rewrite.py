@@ -88,9 +88,25 @@ class Index:
         self._added: list[Op] = []  # ops inserted, in the graph once committed
         self._unsorted: set[int] = set()  # tensors whose uses need sorting by place
         self._inserted = 0
-        for n, op in enumerate(g.ops):
-            self._order[id(op)] = (n,)
-            self._enter(op)
+        producer, uses, order = self.producer, self.uses, self._order
+        for n, op in enumerate(g.ops):  # _enter, inlined: this loop is every pass's cost
+            order[id(op)] = (n,)
+            for o in op.outputs:
+                producer[id(o)] = op
+            for i, a in enumerate(op.args):
+                if isinstance(a, Tensor):
+                    uses.setdefault(id(a), []).append((op, i))
+                elif isinstance(a, (list, tuple)):
+                    for x in _flatten(a):
+                        if isinstance(x, Tensor):
+                            uses.setdefault(id(x), []).append((op, ("list", i)))
+            for k, v in op.attrs.items():
+                if isinstance(v, Tensor):
+                    uses.setdefault(id(v), []).append((op, ("attr", k)))
+                elif isinstance(v, (list, tuple)):
+                    for x in _flatten(v):
+                        if isinstance(x, Tensor):
+                            uses.setdefault(id(x), []).append((op, ("attr", k)))
         self.outputs = {id(t) for t in g.outputs}
         self._by_storage = None  # see variables_over
 
