@@ -131,6 +131,15 @@ CASES = {
     "zoo_mixtral": _transformers("mixtral"),
     "zoo_deberta_v2": _transformers("deberta_v2"),
     "zoo_albert_compact": _transformers("albert", compact=True),
+    # capture="export" over more families (its re-trace is skipped when it has nothing to do)
+    "zoo_tv_convnext_export": _vision("tv_convnext", capture="export"),
+    "zoo_tv_mobilenet_v3_small_export": _vision("tv_mobilenet_v3_small", capture="export"),
+    "zoo_timm_swin_tiny_export": _vision("timm_swin_tiny", capture="export"),
+    "zoo_timm_vit_tiny_export": _vision("timm_vit_tiny", capture="export"),
+    "zoo_gpt2_export": _transformers("gpt2", dynamic=True, capture="export"),
+    "zoo_llama_export": _transformers("llama", capture="export"),
+    "zoo_deberta_v2_export": _transformers("deberta_v2", capture="export"),
+    "zoo_distilbert_export": _transformers("distilbert", capture="export"),
 }
 
 
