@@ -89,6 +89,23 @@ def _decompositions_of_unmapped() -> dict:
             and registry.lookup(op._schema.name.split("::", 1)[1]) is None}
 
 
+def _needs_lowering(ep, table: dict) -> bool:
+    """Whether ``run_decompositions`` would change the program: an op of ``table`` (an op
+    t2n does not map) or an op that mutates its inputs (functionalised by it) is called, or
+    a higher-order op (a grad-mode region) is. A program of mapped functional ATen ops only
+    is kept as ``torch.export`` captured it: the re-trace would rebuild the same graph."""
+    for n in ep.graph.nodes:
+        if n.op != "call_function":
+            continue
+        t = n.target
+        if isinstance(t, torch._ops.OpOverload):
+            if t in table or t._schema.is_mutable:
+                return True
+        elif isinstance(t, torch._ops.HigherOrderOperator):
+            return True
+    return False
+
+
 @timed("capture")
 def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_names):
     """The ``ExportedProgram`` of ``model`` called as ``binding`` says (eval mode, no grad),
@@ -117,7 +134,9 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
             # one re-trace: functionalise, and decompose the ops t2n does not map (the
             # decompositions apply recursively, to the unmapped ops they emit too). Each
             # run_decompositions re-traces the whole program: most of an export's time.
-            ep = ep.run_decompositions(_decompositions_of_unmapped())
+            table = _decompositions_of_unmapped()
+            if _needs_lowering(ep, table):
+                ep = ep.run_decompositions(table)
     finally:
         model.train(was_training)
     ep.t2n_ranges = ranges  # the sizes the model is valid for, said in the report

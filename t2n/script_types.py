@@ -6,6 +6,10 @@ module was never traced: its values are bare ``Tensor``. The walker needs PyTorc
 sizes for every value (result dtypes, promotions, shapes), so this module runs the graph once
 on the example inputs with every untyped top-level tensor value returned as an extra output,
 and gives each value the complete type of the tensor it held, as tracing would have.
+
+A graph traced in this process leaves only its ``prim::GetAttr`` values (the module's
+parameters and buffers) untyped: those are typed from the module's attributes themselves, the
+very tensors a run would return, so such a graph is not run a second time.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ def complete_types(graph: torch._C.Graph, root, args) -> None:
     inside blocks (scripted loops/ifs) keep their types; a graph that fails to run is left
     untouched (the walker then reports what it cannot convert)."""
     ins = list(graph.inputs())[1:]
+    _type_attributes(graph, root)
     vals = [v for n in graph.nodes() for v in n.outputs() if _untyped(v)]
     if not any(_untyped(v) for v in ins) and not vals:
         return
@@ -60,3 +65,35 @@ def complete_types(graph: torch._C.Graph, root, args) -> None:
     for v, t in zip(vals, res[len(outs):]):
         if isinstance(t, torch.Tensor):
             v.setType(_typed(t))
+
+
+# ops after which an attribute read may hold another tensor, or one of another shape, than
+# the module's attribute before the run: such graphs are typed by running them
+_MUTATING = frozenset(("prim::SetAttr", "aten::resize_", "aten::resize_as_", "aten::set_"))
+
+
+def _type_attributes(graph: torch._C.Graph, root) -> None:
+    """Type the untyped top-level ``prim::GetAttr`` values that read a tensor attribute of
+    ``root`` (through submodules): the tensor a run would return is that attribute itself,
+    whose complete type is known without running anything."""
+    def mutates(block) -> bool:
+        return any(n.kind() in _MUTATING or any(mutates(b) for b in n.blocks())
+                   for n in block.nodes())
+
+    if mutates(graph):
+        return
+    objects = {list(graph.inputs())[0]: root._c}
+    for n in graph.nodes():
+        if n.kind() != "prim::GetAttr":
+            continue
+        owner = objects.get(n.input())
+        name = n.s("name")
+        if owner is None or not hasattr(owner, "hasattr") or not owner.hasattr(name):
+            continue
+        value = owner.getattr(name)
+        out = n.output()
+        if isinstance(value, torch.Tensor):
+            if _untyped(out):
+                out.setType(_typed(value))
+        else:
+            objects[out] = value

@@ -185,3 +185,44 @@ def test_the_failing_line_is_found_when_torch_quotes_no_stack():
     except RuntimeError as e:
         where = _user_line(str(e), e)
     assert where.startswith(" at test_capture_export.py:"), where
+
+
+class Functional(torch.nn.Module):
+    """Mapped functional ops only: nothing for run_decompositions to do."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 5)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) * 2.0
+
+
+class InPlace(Functional):
+    """The same computation with an in-place relu_ (functionalised by run_decompositions)."""
+
+    def forward(self, x):
+        return self.lin(x).relu_() * 2.0
+
+
+@pytest.mark.parametrize("model_cls, relowered", [(Functional, False), (InPlace, True)])
+def test_export_retraces_only_when_the_program_needs_it(model_cls, relowered, monkeypatch,
+                                                       tmp_path):
+    """Models Functional / InPlace, capture="export": run_decompositions (a whole re-trace)
+    runs only for a program with an in-place op (or an unmapped one); both archives are the
+    trace's, byte for byte, and match torch in tract."""
+    calls = []
+    real = torch.export.ExportedProgram.run_decompositions
+
+    def counted(self, *a, **k):
+        calls.append(1)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", counted)
+    torch.manual_seed(0)
+    model, x = model_cls().eval(), torch.randn(3, 6)
+    assert_exports(model, (x,), capture="export")
+    assert bool(calls) == relowered, calls
+    t2n.export(model, (x,), str(tmp_path / "e.nnef.tar"), capture="export")
+    t2n.export(model, (x,), str(tmp_path / "t.nnef.tar"))
+    assert (tmp_path / "e.nnef.tar").read_bytes() == (tmp_path / "t.nnef.tar").read_bytes()

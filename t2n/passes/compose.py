@@ -200,7 +200,7 @@ def _split(index: Index, op: Op):
     if not _f32(x) or not all(isinstance(d, int) for d in x.shape):
         return None
     slices = [u for u, pos in index.readers(x) if u.kind == "slice" and pos == 0]
-    if len(slices) < 2 or op is not min(slices, key=lambda u: index.g.ops.index(u)):
+    if len(slices) < 2 or op is not min(slices, key=index.place):
         return None
     bounds = []
     for s in slices:
@@ -231,7 +231,7 @@ def _split(index: Index, op: Op):
     attrs = {"axis": axis, **dict(zip(names, inner)), "end": bounds[-1][2]}
     call = Op(f"t2n_split{n}", [x], attrs, [s.outputs[0] for *_, s in bounds])
     # the call takes the place of the first slice: every output exists before any reader
-    order = sorted((s for *_, s in bounds), key=lambda u: index.g.ops.index(u))
+    order = sorted((s for *_, s in bounds), key=index.place)
     return frag, call, order[1:] + order[:1]
 
 

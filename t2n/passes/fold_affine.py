@@ -26,7 +26,7 @@ import torch
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
 from .rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector, const,
-                      derived, enabled, float64, read_elsewhere)
+                      derived, enabled, float64, read_elsewhere, scaled_weight)
 
 
 def run(g: Graph, ctx) -> None:
@@ -134,16 +134,15 @@ def _fold_after(g: Graph, index: Index, op: Op) -> bool:
         t = o
     if not chain or kind == "matmul" and [u.kind for u in chain] == ["add"]:
         return False  # nothing to fold (a matmul's own bias add stays as it is)
-    wv = float64(w.value)
-    shape = [1] * wv.dim()
+    shape = [1] * w.value.dim()
     if kind == "conv":
         shape[0] = c
     elif op.attrs.get("transposeB", False):
         shape[-2] = c
     else:
         shape[-1] = c
-    new_w = (wv * scale.reshape(shape)).to(w.dtype)
-    op.args[1] = derived(g, w, new_w, scaled=True)
+    new_w = scaled_weight(w.value, scale.reshape(shape))
+    index.set_arg(op, 1, derived(g, w, new_w, scaled=True, owned=True))
     last = chain[-1].outputs[0]
     if kind == "conv":
         b = shift.to(w.dtype).reshape(1, c)
@@ -153,27 +152,21 @@ def _fold_after(g: Graph, index: Index, op: Op) -> bool:
         else:
             bt = derived(g, w, b, suffix="bias")
         if len(op.args) > 2:
-            op.args[2] = bt
+            index.set_arg(op, 2, bt)
         elif "bias" in op.attrs:
-            op.attrs["bias"] = bt
+            index.set_attr(op, "bias", bt)
         else:
-            op.args.append(bt)
-        op.outputs[0] = last
-        _drop(g, chain)
+            index.set_arg(op, len(op.args), bt)
+        index.set_output(op, 0, last)
+        index.remove(chain)
         return True
     # matmul: one bias add remains (if any shift at all)
     inner = Tensor(g.fresh_name("matmul"), y.shape, y.dtype)
-    op.outputs[0] = inner
-    _drop(g, chain)
+    index.set_output(op, 0, inner)
+    index.remove(chain)
     if had_bias or bool((shift != 0).any()):
         b = shift.to(w.dtype).reshape([1] * (y.rank - 1) + [c])
-        add = Op("add", [inner, derived(g, w, b, suffix="bias")], {}, [last])
-        g.ops.insert(g.ops.index(op) + 1, add)
+        index.insert_after(op, Op("add", [inner, derived(g, w, b, suffix="bias")], {}, [last]))
     else:
-        op.outputs[0] = last
+        index.set_output(op, 0, last)
     return True
-
-
-def _drop(g: Graph, ops: list[Op]) -> None:
-    ids = {id(o) for o in ops}
-    g.ops = [o for o in g.ops if id(o) not in ids]

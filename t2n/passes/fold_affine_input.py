@@ -113,12 +113,11 @@ def _fold(g: Graph, index: Index, op: Op, compressed: bool) -> bool:
         else:  # W [.., in, out]
             new_w = wv * scale.reshape([1] * (wv.dim() - 2) + [-1, 1])
             delta = shift @ wv.reshape(wv.shape[-2:])
-        user.args[0] = y
-        user.args[1] = derived(g, w, new_w.to(w.dtype), scaled=True)
+        index.set_arg(user, 0, y)
+        index.set_arg(user, 1, derived(g, w, new_w.to(w.dtype), scaled=True))
         if bool((delta != 0).any()):
             _add_to_bias(g, index, user, delta)
-    ids = {id(o) for o in ops}
-    g.ops = [o for o in g.ops if id(o) not in ids]
+    index.remove(ops)
     return True
 
 
@@ -134,11 +133,11 @@ def _add_to_bias(g: Graph, index: Index, mm: Op, delta: torch.Tensor) -> None:
         if vec is not None and b.dtype == z.dtype and \
                 tuple(add.outputs[0].shape) == tuple(z.shape):
             new = (float64(vec) + delta).to(z.dtype).reshape([1] * (z.rank - 1) + [c])
-            add.args[1 - pos] = derived(g, b if b.literal is None else mm.args[1], new,
-                                        suffix=None if b.literal is None else "bias")
+            index.set_arg(add, 1 - pos, derived(g, b if b.literal is None else mm.args[1],
+                                                new, suffix=None if b.literal is None
+                                                else "bias"))
             return
     inner = Tensor(g.fresh_name("matmul"), z.shape, z.dtype)
-    mm.outputs[0] = inner
+    index.set_output(mm, 0, inner)
     b = delta.to(z.dtype).reshape([1] * (z.rank - 1) + [c])
-    g.ops.insert(g.ops.index(mm) + 1,
-                 Op("add", [inner, derived(g, mm.args[1], b, suffix="bias")], {}, [z]))
+    index.insert_after(mm, Op("add", [inner, derived(g, mm.args[1], b, suffix="bias")], {}, [z]))

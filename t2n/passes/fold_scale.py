@@ -25,7 +25,7 @@ import torch
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
 from .rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector, derived,
-                      enabled, float64, scalar_const, read_elsewhere)
+                      enabled, float64, scalar_const, read_elsewhere, scaled_weight)
 
 _LAYOUT = ("reshape", "transpose", "slice", "squeeze", "unsqueeze", "copy")
 
@@ -69,9 +69,9 @@ def _fold(g: Graph, index: Index, op: Op) -> bool:
         lin, channels = target
         if read_elsewhere(g, index, lin.args[1]):
             continue
-        _scale_rows(g, lin, channels, s)
-        mm.outputs[0] = op.outputs[0]
-        g.ops.remove(op)
+        _scale_rows(g, index, lin, channels, s)
+        index.set_output(mm, 0, op.outputs[0])
+        index.remove([op])
         return True
     return False
 
@@ -124,10 +124,16 @@ def _source(g: Graph, index: Index, t: Tensor):
     if id(t) not in idx:
         return None
     mine = idx[id(t)].reshape(-1)
-    chans = torch.unique(mine % c)
+    if not mine.numel():
+        return None  # an empty operand: no channel to scale
+    # counting instead of torch.unique (a sort): linear in the operand's size. The layout
+    # ops of _apply are views, so ``mine`` holds distinct positions of y: covering whole
+    # channels is every channel it touches counted per_channel times
+    counts = torch.bincount(mine % c, minlength=c)
+    chans = counts.nonzero().reshape(-1)
     per_channel = _numel(y) // c
-    if chans.numel() * per_channel != mine.numel() or torch.unique(mine).numel() != mine.numel():
-        return None  # not whole channels (or a channel seen twice)
+    if bool((counts[chans] != per_channel).any()):
+        return None  # not whole channels
     taken = torch.zeros(c, dtype=torch.bool)
     taken[chans] = True
     for leaf, _reader in leaves:
@@ -140,7 +146,7 @@ def _source(g: Graph, index: Index, t: Tensor):
 
 class _Pair:
     """``matmul(x, W, transposeB = true)`` + ``add(., b)`` seen as ``linear(x, W, b)``:
-    ``args`` reads and writes the weight in the matmul and the bias in the add."""
+    ``args`` reads the weight in the matmul and the bias in the add."""
 
     def __init__(self, mm: Op, add: Op, pos: int):
         self.mm, self.add, self.pos = mm, add, pos
@@ -164,15 +170,6 @@ class _PairArgs:
     def __getitem__(self, i):
         p = self.p
         return (p.mm.args[0], p.mm.args[1], p.add.args[1 - p.pos])[i]
-
-    def __setitem__(self, i, v):
-        p = self.p
-        if i == 1:
-            p.mm.args[1] = v
-        elif i == 2:
-            p.add.args[1 - p.pos] = v
-        else:
-            raise IndexError(i)
 
 
 def _matmul_bias(index: Index, op: Op):
@@ -233,16 +230,21 @@ def _apply(op: Op, idx: torch.Tensor, out: Tensor):
     return r if tuple(r.shape) == tuple(out.shape) else None
 
 
-def _scale_rows(g: Graph, lin: Op, chans: torch.Tensor, s: float) -> None:
+def _scale_rows(g: Graph, index: Index, lin: Op, chans: torch.Tensor, s: float) -> None:
     x, w, b = lin.args
     y = lin.outputs[0]
     c = int(y.shape[-1])
     factor = torch.ones(c, dtype=torch.float64)
     factor[chans] = s
-    wv = float64(w.value)  # [.., out, in]
-    new_w = wv * factor.reshape([1] * (wv.dim() - 2) + [c, 1])
+    new_w = scaled_weight(w.value, factor.reshape(c, 1))  # [.., out, in]
     bv = float64(channel_vector(b, y.rank, y.rank - 1, c)) * factor
-    lin.args[1] = derived(g, w, new_w.to(w.dtype), scaled=True)
-    lin.args[2] = derived(g, b if b.literal is None else w, bv.to(b.dtype).reshape(
+    new_w = derived(g, w, new_w, scaled=True, owned=True)
+    new_b = derived(g, b if b.literal is None else w, bv.to(b.dtype).reshape(
         [1] * (y.rank - 1) + [c]), suffix=None if b.literal is None else "bias",
         scaled=b.literal is None)
+    if isinstance(lin, _Pair):  # the weight in the matmul, the bias in the add
+        index.set_arg(lin.mm, 1, new_w)
+        index.set_arg(lin.add, 1 - lin.pos, new_b)
+    else:
+        index.set_arg(lin, 1, new_w)
+        index.set_arg(lin, 2, new_b)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..builder import Graph, Op, Tensor
 from . import GraphPass
-from .rewrite import Index, channel_vector, derived, may_fold_weights
+from .rewrite import Index, channel_vector, derived, may_fold_weights, read_elsewhere
 
 
 def run(g: Graph, ctx) -> None:
@@ -29,6 +29,8 @@ def run(g: Graph, ctx) -> None:
     # a compressed format could not map its rounding back onto the model for the check
     transpose_ok = ctx.options.get("weights") in (None, "f32")
     index = Index(g)
+    place = {id(op): at for at, op in enumerate(g.ops)}
+    fused: set[int] = set()  # matmuls now inside a linear, left out at the end
     for op in list(g.ops):
         if op.kind != "matmul" or len(op.args) != 2 or op.attrs.get("transposeA"):
             continue
@@ -53,11 +55,14 @@ def run(g: Graph, ctx) -> None:
                 or b.rank != z.rank or channel_vector(b, z.rank, z.rank - 1, c) is None \
                 or tuple(add.outputs[0].shape) != tuple(z.shape):
             continue
-        if stored:
-            w = derived(g, w, w.value.transpose(-1, -2))
-        at = g.ops.index(add)
-        g.ops[at] = Op("linear", [x, w, b], {}, [add.outputs[0]], op.origin or add.origin)
-        g.ops.remove(op)
+        if stored:  # the transpose stays a view of the model's weight, written in C order
+            w = derived(g, w, w.value.transpose(-1, -2),
+                        view=not read_elsewhere(g, index, w))
+        g.ops[place[id(add)]] = Op("linear", [x, w, b], {}, [add.outputs[0]],
+                                   op.origin or add.origin)
+        fused.add(id(op))
+    if fused:
+        g.ops = [op for op in g.ops if id(op) not in fused]
 
 
 PASS = GraphPass("fuse_linear", run, options=("optimize",))

@@ -33,13 +33,12 @@ def run(g: Graph, ctx) -> None:
     if not enabled(ctx):
         return
     index = Index(g)
-    for op in list(g.ops):
+    for at, op in enumerate(list(g.ops)):  # replaced in place: places do not move
         found = _match(index, op)
         if found is None:
             continue
         x, axis, eps = found
         y = op.outputs[0]
-        at = g.ops.index(op)
         g.ops[at] = Op("tract_core_rms_norm", [x], {"axis": axis, "eps": eps}, [y])
 
 

@@ -37,7 +37,7 @@ def run(g: Graph, ctx: PassContext) -> None:
         return
     index = Index(g)
     defined: set[str] = {f.name for f in g.fragments}
-    for op in list(g.ops):
+    for at, op in enumerate(list(g.ops)):  # replaced in place: places do not move
         if op.kind in ("linear", "matmul"):
             new = _product(g, index, op, defined)
         elif op.kind == "tract_core_einsum":
@@ -45,7 +45,7 @@ def run(g: Graph, ctx: PassContext) -> None:
         else:
             continue
         if new is not None:
-            g.ops[g.ops.index(op)] = new
+            g.ops[at] = new
 
 
 PASS = GraphPass("squeeze_weights", run, options=("optimize",))

@@ -25,6 +25,7 @@ def run(g: Graph, ctx) -> None:
     if not enabled(ctx) or getattr(g, "streaming", None) is not None:
         return  # a streaming export keeps its explicit pads and layout for tract's pulsing
     index = Index(g)
+    place = {id(op): at for at, op in enumerate(g.ops)}  # ops are replaced in place
     for op in list(g.ops):
         if op.kind != "transpose" or len(op.args) != 1:
             continue
@@ -45,10 +46,9 @@ def run(g: Graph, ctx) -> None:
             continue
         t_shape = [x.shape[a] for a in inner]
         t = Tensor(g.fresh_name("transpose"), t_shape, x.dtype)
-        at = g.ops.index(rs)
-        g.ops[at] = Op("transpose", [x], {"axes": inner}, [t])
+        g.ops[place[id(rs)]] = Op("transpose", [x], {"axes": inner}, [t])
         y = op.outputs[0]
-        g.ops[g.ops.index(op)] = Op("reshape", [t], {"shape": list(y.shape)}, [y])
+        g.ops[place[id(op)]] = Op("reshape", [t], {"shape": list(y.shape)}, [y])
 
 
 PASS = GraphPass("transpose_first", run, options=("optimize",))
