@@ -39,7 +39,7 @@ import torch
 from ..builder import Graph, Op, Tensor, broadcast_shapes
 from . import GraphPass, PassContext
 from .channels import ELEMENTWISE
-from .rewrite import Index, derived, einsum_specs, rewrite_until_stable
+from .rewrite import Index, derived, einsum_specs
 
 PRODUCTS = ("matmul", "linear", "tract_core_einsum")
 # the compose fragments that are element-wise (t2n.passes.compose)
@@ -320,7 +320,19 @@ def run(g: Graph, ctx: PassContext) -> None:
             return _elementwise_on_broadcast(g, index, op, state["feeding"])
         return False
 
-    rewrite_until_stable(g, rule)
+    _until_stable(g, rule)
+
+
+def _until_stable(g: Graph, rule) -> None:
+    """Apply ``rule`` until none fires, with a fresh index after each rewrite: these rules
+    edit ``g.ops`` directly (they insert what a builder call emitted), which the kept index
+    of :func:`rewrite_until_stable` does not follow. A graph pays one sweep when no
+    broadcast feeds a product (every model but a few), and one index per rewrite when some
+    do (DPT: one per readout)."""
+    changed = True
+    while changed:
+        index = Index(g)
+        changed = any(rule(g, index, op) for op in list(g.ops))
 
 
 PASS = GraphPass(name="product_broadcasts", run=run)
