@@ -246,7 +246,7 @@ def run_model(family: str, name: str, draws: list[int], timeout: float) -> list[
 
 
 def row_text(r: dict) -> str:
-    head = f"{r['family']:<12} {r['model']:<30} {r['draw']:>3}  "
+    head = f"{r['family']:<12} {r['model']:<30} {r['draw']:>4}  "
     if r["status"] == "pass":
         return head + f"pass      max_abs_err={r['max_abs_err']:.2g}  {r.get('seconds', 0):.0f} s"
     if r["status"] == "mismatch":
@@ -279,7 +279,7 @@ def main(argv=None) -> int:
     draws = list(range(a.first_draw, a.first_draw + a.draws))
     print(f"{len(entries)} models x {len(draws)} draws (seeds {draws[0]}..{draws[-1]}), "
           f"load average {common.load_average():.1f}", flush=True)
-    print(f"{'family':<12} {'model':<30} {'draw':>3}  result", flush=True)
+    print(f"{'family':<12} {'model':<30} {'draw':>4}  result", flush=True)
     rows, start = [], time.perf_counter()
     for family, name in entries:
         for r in run_model(family, name, draws, a.timeout):
