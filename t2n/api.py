@@ -13,9 +13,9 @@ from . import compute_dtype, dtypes, model_io, passes, weight_formats
 from . import streaming as _stream
 from .builder import Graph, safe_identifier
 from .capture import capture, load_torchscript
-from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck, compare
+from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
 from .eager import torch_outputs
-from .errors import CheckFailedError, TractError, UsageError
+from .errors import CheckFailedError, UsageError
 from .staging import staged
 from .targets import get_target
 from .walker import Walker
@@ -83,11 +83,28 @@ class ExportResult:
         if self.checks is not None:
             ok = all(c.ok for c in self.checks)
             engine = self.extras.get("checked_with", "tract")
-            lines.append(f"  check in {engine}: " + ("PASSED" if ok else "FAILED"))
+            lines.append(f"  check in {engine}: " + ("PASSED" if ok else "FAILED")
+                         + _sets_text(self.extras.get("input_sets")))
             lines += ["    " + c.line() for c in self.checks]
+            lines += ["    " + _not_comparable(s) for s in self.extras.get("input_sets") or []
+                      if not s["compared"]]
         if self.stream is not None:
             lines += ["  " + line for line in self.stream.lines()]
         return "\n".join(lines)
+
+
+def _compared(sets) -> list[str]:
+    return [s["name"] for s in sets or () if s["compared"]]
+
+
+def _sets_text(sets) -> str:
+    """`` (input sets: example, fresh, fresh B=3)``: what a check compared."""
+    names = _compared(sets)
+    return f" (input sets: {', '.join(names)})" if names else ""
+
+
+def _not_comparable(s: dict) -> str:
+    return f"input set {s['name']}: not comparable ({s['reason']})"
 
 
 def _as_args(args) -> tuple:
@@ -136,7 +153,10 @@ def _symbols_for(dynamic_axes, input_names, args) -> dict:
 # progress: None (auto) | bool | callable; properties: {key: str | int | list} written as
 # the archive's tract_core_properties (metadata a runtime reads, e.g. t2n.llm's cache layout)
 # keep_failed: a path the archive moves to when its check fails (t2n.staging)
-_API_OPTIONS = frozenset({"progress", "quiet", "properties", "keep_failed"})
+# constant_outputs: names of outputs meant to depend on no input (t2n.constant_outputs)
+# int_range / seed: [lo, hi) of the integers and the seed of the check's fresh inputs
+_API_OPTIONS = frozenset({"progress", "quiet", "properties", "keep_failed", "constant_outputs",
+                          "int_range", "seed"})
 _KNOWN_OPTIONS = _API_OPTIONS | passes.options()
 
 
@@ -334,6 +354,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
                    target=tgt.name, capture_with=_capture_mode(capture), bf16_as=bf16_as)
     g, inputs, handles, out_names = built.graph, built.inputs, built.outputs, built.output_names
     tgt.lower(g)
+    constant = _undeclared_constants(g, out_names, options.get("constant_outputs"))
 
     from .progress import Bar, for_export
     from .writer import write
@@ -377,23 +398,31 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         if check and g.storage:  # compressed weights: compare on the same rounded weights
             from .weight_check import check_compressed, cost_lines
 
-            result.checks, cost = check_compressed(work, caller, g, args, out_names, rtol, atol)
+            done, cost = check_compressed(work, caller, g, args, out_names, rtol, atol,
+                                          fresh=_fresh(args, inputs, options), constant=constant)
+            result.checks = done.checks
+            result.extras["input_sets"] = [s.to_json() for s in done.sets]
             result.extras["weights_error"] = {c.name: {"max_abs_err": c.max_abs_err,
                                                        "max_rel_err": c.max_rel_err} for c in cost}
             result.extras.setdefault("report_lines", []).extend(cost_lines(cost))
         elif check:
             reference = model if bf16_as is None else compute_dtype.reference_model(model, bf16_as)
-            result.checks = check_archive(
-                work, reference, compute_dtype.converted_inputs(args, bf16_as), out_names,
-                rtol=rtol, atol=atol, target=tgt.name, input_names=binding.names,
-                atol_for=quantization_steps(g, out_names, handles))
+            fed = compute_dtype.converted_inputs(args, bf16_as)
+            done = check_archive_sets(
+                work, reference, fed, out_names, rtol=rtol, atol=atol, target=tgt.name,
+                input_names=binding.names, atol_for=quantization_steps(g, out_names, handles),
+                fresh=_fresh(fed, inputs, options), constant=constant)
+            result.checks = done.checks
+            result.extras["input_sets"] = [s.to_json() for s in done.sets]
         if check:
             result.extras["checked_with"] = tgt.checker
         if check and not result.passed:
             bad = [c for c in result.checks + (result.stream.checks if result.stream else [])
                    if not c.ok]
+            compared = _compared(result.extras.get("input_sets"))
             raise CheckFailedError(f"{tgt.checker}'s outputs differ from PyTorch's:\n" + "\n".join(
-                "  " + c.line() for c in bad), report=result)
+                "  " + c.line() for c in bad) + (f"\n  input sets compared: {', '.join(compared)}"
+                                                 if compared else ""), report=result)
     return result
 
 
@@ -419,21 +448,48 @@ def check_archive(path: str, model, args, out_names: list[str], rtol: float = DE
     ``khronos``) and compare each output with PyTorch. ``args`` and ``input_names`` bind
     to ``forward`` as in :func:`export`; ``atol_for`` gives a larger absolute tolerance to
     some outputs, by name."""
-    from .nnef_tools_runner import run_in_nnef_tools
-    from .tract_runner import TractRunError, run_in_tract
+    return check_archive_sets(path, model, args, out_names, rtol=rtol, atol=atol, target=target,
+                              input_names=input_names, atol_for=atol_for).checks
+
+
+def check_archive_sets(path: str, model, args, out_names: list[str], *, rtol: float, atol: float,
+                       target: str = "tract", input_names=None, atol_for=None, fresh=None,
+                       constant=(), more=()):
+    """:func:`check_archive` on the example ``args`` ("example"), the named input sets
+    ``more`` ([(name, args)]) and the fresh sets of ``fresh`` (:mod:`t2n.fresh_inputs`),
+    the engine loading the archive once: a :class:`t2n.check_sets.SetsCheck`."""
+    from . import nnef_tools_runner, tract_runner
+    from .check_sets import InputSet, check_sets
 
     engine = get_target(target).checker
-    run = run_in_nnef_tools if engine == "nnef-tools" else run_in_tract
+    run = nnef_tools_runner.run_sets_in_nnef_tools if engine == "nnef-tools" \
+        else tract_runner.run_sets_in_tract
     model = _load_model(model)
-    expected = torch_outputs(model, args, input_names)
-    args = model_io.bind(model, args, input_names).tensors
-    np_inputs = [a.detach().numpy() for a in args]
-    try:
-        got = run(path, np_inputs)
-    except TractRunError as e:
-        raise TractError(f"{engine} could not run {path}: {e}", crashed=e.crashed) from None
-    if len(got) != len(expected):
-        raise CheckFailedError(f"{engine} returned {len(got)} outputs, PyTorch {len(expected)}")
-    atol_for = atol_for or {}
-    return [compare(n, e, a, rtol=rtol, atol=max(atol, atol_for.get(n, 0.0)))
-            for n, e, a in zip(out_names, expected, got)]
+    sets = [InputSet("example", args)] + [InputSet(n, a) for n, a in more]
+    return check_sets(path, model, sets, out_names, run_sets=run, engine=engine, rtol=rtol,
+                      atol=atol, input_names=input_names, atol_for=atol_for, fresh=fresh,
+                      constant=tuple(constant))
+
+
+def _fresh(args, inputs, options):
+    """The fresh input sets of an export's check (:mod:`t2n.fresh_inputs`)."""
+    from .fresh_inputs import FreshInputs
+
+    return FreshInputs(args, [t.shape for t in inputs], options.get("int_range"),
+                       options.get("seed") or 0)
+
+
+def _undeclared_constants(g, out_names, declared) -> list[str]:
+    """Outputs that depend on no input and are not declared ``constant_outputs``: warned
+    about now, failed by the check."""
+    from . import constant_outputs
+
+    declared = [declared] if isinstance(declared, str) else list(declared or ())
+    unknown = [n for n in declared if n not in out_names]
+    if unknown:
+        raise UsageError(f"constant_outputs names {', '.join(unknown)}, which is not an output "
+                         f"(outputs: {', '.join(out_names)})")
+    found = [n for n in constant_outputs.input_independent(g) if n not in declared]
+    if found:
+        g.warnings.append(constant_outputs.warning(found))
+    return found

@@ -1,0 +1,134 @@
+"""Fresh input sets for the check: other values (and other sizes of the dynamic axes) than
+the example's, so a check proves the graph and not one replay of the trace.
+
+A trace freezes whatever it cannot see (a NumPy detour, a tensor read as a Python number,
+a size read as an int): the archive then returns the example's results whatever its
+inputs. Replaying the example cannot show it; inputs the trace never saw do.
+
+What is drawn, deterministically (``numpy.random.default_rng((seed, set number))``; the
+global RNGs of torch and NumPy are not touched):
+
+* floats like the example's own values: from the example's empirical distribution (its
+  quantiles, interpolated: same range, same sign, no ties) or, when the example holds a
+  few distinct values (a 0/1 mask, -inf/0 biases), from those values at their frequencies;
+  an all-constant example ``v`` gives ``v * U(0.5, 1.5)`` (N(0, 1) for zeros);
+* integers in ``int_range`` [lo, hi) when given (the CLI's ``--int-range``), else in the
+  example's own [min, max]; all distinct when the example's are (permutations, index
+  lists), sorted when the example is (offsets);
+* bools at random;
+* every dynamic axis also at another size (:meth:`FreshInputs.size_candidates`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+_FEW_DISTINCT = 16  # at most this many distinct example values: a discrete input
+
+
+class FreshInputs:
+    """The fresh sets of one export: ``args`` are the example inputs, ``shapes`` the
+    archive's input shapes (a sympy symbol on each dynamic axis)."""
+
+    def __init__(self, args, shapes, int_range=None, seed: int = 0):
+        self.args = tuple(args)
+        self.shapes = [list(s) for s in shapes]
+        self.int_range = int_range
+        self.seed = seed
+        self.symbols: dict[str, int] = {}  # symbol -> its example size
+        for a, shape in zip(self.args, self.shapes):
+            for axis, d in enumerate(shape):
+                name = getattr(d, "name", None)
+                if name is not None and name not in self.symbols:
+                    self.symbols[name] = int(a.shape[axis])
+
+    def same_shapes(self) -> tuple[str, tuple]:
+        """("fresh", new values of the example's shapes)."""
+        return "fresh", self._draw({}, 1)
+
+    def size_candidates(self) -> list[dict[str, int]]:
+        """Sizes to try for the dynamic axes, in order, each a {symbol: size} with every
+        symbol off its example size: example + 1, then half of it, then example - 1
+        (sizes >= 2; the first one PyTorch accepts is compared). Attempt k gives every
+        symbol its k-th size, so symbols of equal example sizes stay equal (two names of
+        one sequence length)."""
+        per = {s: _sizes(n) for s, n in self.symbols.items()}
+        per = {s: c for s, c in per.items() if c}
+        if not per:
+            return []
+        tries = max(len(c) for c in per.values())
+        return [{s: c[min(k, len(c) - 1)] for s, c in per.items()} for k in range(tries)]
+
+    def resized(self, sizes: dict[str, int], attempt: int) -> tuple[str, tuple]:
+        name = "fresh " + " ".join(f"{s}={n}" for s, n in sizes.items())
+        return name, self._draw(sizes, 2 + attempt)
+
+    def _draw(self, sizes: dict[str, int], number: int) -> tuple:
+        rng = np.random.default_rng((self.seed, number))
+        out = []
+        for a, shape in zip(self.args, self.shapes):
+            dims = [sizes.get(getattr(d, "name", None), int(n))
+                    for d, n in zip(shape, a.shape)]
+            out.append(draw_like(a, dims, rng, self.int_range))
+        return tuple(out)
+
+
+def _sizes(n: int) -> list[int]:
+    out = []
+    for c in (n + 1, n // 2, n - 1):
+        if c >= 2 and c != n and c not in out:
+            out.append(c)
+    return out
+
+
+def draw_like(a: torch.Tensor, shape, rng, int_range=None) -> torch.Tensor:
+    """A tensor of ``shape`` and ``a``'s dtype with values drawn like ``a``'s."""
+    count = int(np.prod(shape, dtype=np.int64))
+    if a.dtype == torch.bool:
+        return torch.from_numpy(rng.random(count) < 0.5).reshape(shape)
+    if a.dtype.is_complex:
+        real = rng.standard_normal((count, 2))
+        return torch.view_as_complex(torch.from_numpy(real)).to(a.dtype).reshape(shape)
+    example = a.detach().reshape(-1)
+    if a.dtype.is_floating_point:
+        values = _floats(example.double().numpy(), count, rng)
+    else:
+        values = _integers(example.numpy(), a.dtype, count, rng, int_range)
+    return torch.from_numpy(values).to(a.dtype).reshape(shape)
+
+
+def _floats(example: np.ndarray, count: int, rng) -> np.ndarray:
+    finite = example[np.isfinite(example)]
+    distinct = np.unique(finite)
+    specials = example[~np.isfinite(example)]
+    if distinct.size == 0:
+        return rng.standard_normal(count)
+    if distinct.size == 1 and specials.size == 0:
+        v = float(distinct[0])
+        return v * rng.uniform(0.5, 1.5, count) if v != 0 else rng.standard_normal(count)
+    if distinct.size <= _FEW_DISTINCT and distinct.size * 2 <= example.size or specials.size:
+        # a mask, a bias of -inf/0, or values with NaN/Inf: the same values, reshuffled
+        return rng.choice(example, count)
+    s = np.sort(finite)
+    return np.interp(rng.random(count) * (s.size - 1), np.arange(s.size), s)
+
+
+def _integers(example: np.ndarray, dtype, count: int, rng, int_range) -> np.ndarray:
+    info = torch.iinfo(dtype)
+    if int_range is not None:
+        lo, hi = max(int_range[0], info.min), min(int_range[1] - 1, info.max)
+    elif example.size:
+        lo, hi = int(example.min()), int(example.max())
+    else:
+        lo, hi = 0, 9
+    if hi < lo:
+        lo, hi = hi, lo
+    unique = example.size > 1 and np.unique(example).size == example.size
+    if unique and hi - lo + 1 >= count:
+        values = lo + rng.choice(hi - lo + 1, count, replace=False)
+    else:
+        values = rng.integers(lo, hi, count, endpoint=True)
+    if example.size > 1 and (np.diff(example) >= 0).all() and example[0] != example[-1]:
+        values = np.sort(values)
+    return values.astype(np.int64)
