@@ -455,8 +455,8 @@ def check_archive(path: str, model, args, out_names: list[str], rtol: float = DE
 def check_archive_sets(path: str, model, args, out_names: list[str], *, rtol: float, atol: float,
                        target: str = "tract", input_names=None, atol_for=None, fresh=None,
                        constant=(), more=()):
-    """:func:`check_archive` on the example ``args`` ("example"), the named input sets
-    ``more`` ([(name, args)]) and the fresh sets of ``fresh`` (:mod:`t2n.fresh_inputs`),
+    """:func:`check_archive` on the example ``args`` ("example"; None: none), the named
+    input sets ``more`` ([(name, args)]) and the fresh sets of ``fresh`` (:mod:`t2n.fresh_inputs`),
     the engine loading the archive once: a :class:`t2n.check_sets.SetsCheck`."""
     from . import nnef_tools_runner, tract_runner
     from .check_sets import InputSet, check_sets
@@ -465,7 +465,8 @@ def check_archive_sets(path: str, model, args, out_names: list[str], *, rtol: fl
     run = nnef_tools_runner.run_sets_in_nnef_tools if engine == "nnef-tools" \
         else tract_runner.run_sets_in_tract
     model = _load_model(model)
-    sets = [InputSet("example", args)] + [InputSet(n, a) for n, a in more]
+    sets = ([InputSet("example", args)] if args is not None else []) + \
+        [InputSet(n, a) for n, a in more]
     return check_sets(path, model, sets, out_names, run_sets=run, engine=engine, rtol=rtol,
                       atol=atol, input_names=input_names, atol_for=atol_for, fresh=fresh,
                       constant=tuple(constant))

@@ -37,9 +37,13 @@ class InputSet:
     comparable: bool = True
     reason: str = ""  # why PyTorch could not run it (not comparable)
 
+    def shapes(self) -> list[list[int]]:
+        ts = self.tensors.values() if isinstance(self.tensors, dict) else self.tensors
+        return [list(t.shape) for t in ts]
+
     def to_json(self) -> dict:
-        return {"name": self.name, "shapes": [list(t.shape) for t in self.tensors],
-                "compared": self.comparable, "reason": self.reason}
+        return {"name": self.name, "shapes": self.shapes(), "compared": self.comparable,
+                "reason": self.reason}
 
     def line(self) -> str:
         return f"input set {self.name}: not comparable ({self.reason})"
@@ -61,8 +65,8 @@ class SetsCheck:
 def check_sets(path: str, model, sets: list[InputSet], out_names: list[str], *, run_sets,
                engine: str = "tract", rtol: float, atol: float, input_names=None,
                atol_for: dict | None = None, fresh=None, constant: tuple = ()) -> SetsCheck:
-    """Compare the archive at ``path`` with ``model`` on ``sets`` (the first one must run:
-    the example) and, when ``fresh`` (a :class:`t2n.fresh_inputs.FreshInputs`) is given,
+    """Compare the archive at ``path`` with ``model`` on ``sets`` (PyTorch must run them:
+    the example, the caller's own) and, when ``fresh`` (a :class:`t2n.fresh_inputs.FreshInputs`) is given,
     on its fresh sets. ``run_sets(path, [inputs...])`` is the engine's multi-set runner;
     ``constant`` names the outputs that depend on no input and were not declared."""
     sets = list(sets)
@@ -86,7 +90,7 @@ def check_sets(path: str, model, sets: list[InputSet], out_names: list[str], *, 
             per_output[k].append((s.name, compare(n, e, a, rtol=rtol,
                                                   atol=max(atol, atol_for.get(n, 0.0)))))
     checks = [merge(n, results, n in constant) for n, results in zip(out_names, per_output)]
-    return SetsCheck(checks, sets, got[0])
+    return SetsCheck(checks, sets, got[0] if got else [])
 
 
 def _fresh_sets(model, fresh, input_names):
@@ -122,14 +126,13 @@ def _run(run_sets, path, inputs, sets, engine):
         results = run_sets(path, inputs)
     except TractRunError as e:
         k = getattr(e, "set_index", 0)
-        where = "" if k == 0 else f" on input set {sets[k].name}"
+        where = "" if sets[k].name == "example" else f" on input set {sets[k].name}"
         raise TractError(f"{engine} could not run {path}{where}: {e}",
                          crashed=e.crashed) from None
     for s, r in zip(sets, results):
         if isinstance(r, TractRunError):
-            where = "" if s is sets[0] else (
-                f" on input set {s.name} (shapes {[list(t.shape) for t in s.tensors]}, "
-                "which PyTorch runs)")
+            where = "" if s.name == "example" else (
+                f" on input set {s.name} (shapes {s.shapes()}, which PyTorch runs)")
             raise TractError(f"{engine} could not run {path}{where}: {r}", crashed=False)
     return results
 
