@@ -94,20 +94,17 @@ def check_sets(path: str, model, sets: list[InputSet], out_names: list[str], *, 
 
 
 def _fresh_sets(model, fresh, input_names):
-    """(InputSet, PyTorch outputs or None) of each fresh set."""
+    """(InputSet, PyTorch outputs or None) of each fresh set: the same shapes, then each
+    resized attempt up to the first one PyTorch accepts (those it rejects are reported
+    "not comparable")."""
     name, tensors = fresh.same_shapes()
     yield _try(model, name, tensors, input_names)
-    candidates = fresh.size_candidates()
-    first = None
-    for k, sizes in enumerate(candidates):
+    for k, sizes in enumerate(fresh.size_candidates()):
         name, tensors = fresh.resized(sizes, k)
         s, ref = _try(model, name, tensors, input_names)
+        yield s, ref
         if s.comparable:
-            yield s, ref
             return
-        first = first or (s, ref)
-    if first is not None:
-        yield first
 
 
 def _try(model, name, tensors, input_names):

@@ -123,3 +123,27 @@ def make_qwen3_causal_lm():
                                    num_attention_heads=4, num_key_value_heads=2,
                                    intermediate_size=64, head_dim=8, max_position_embeddings=64)
     return transformers.Qwen3ForCausalLM(cfg).eval()
+
+
+class NumpyTanh(torch.nn.Module):
+    """A result computed outside torch: the trace records it as a constant."""
+
+    def forward(self, x):
+        import numpy as np
+
+        return torch.from_numpy(np.tanh(x.numpy()))
+
+
+def make_numpy_tanh():
+    return NumpyTanh()
+
+
+class WithTable(torch.nn.Module):
+    """One output from the input, one constant on purpose (a fixed table)."""
+
+    def forward(self, x):
+        return x * 2, torch.arange(12, dtype=torch.float32).reshape(3, 4)
+
+
+def make_with_table():
+    return WithTable()
