@@ -289,6 +289,14 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     check or any error, ``f`` holds what it held before (:mod:`t2n.staging`); the option
     ``keep_failed=PATH`` moves the archive of a failed check to PATH, for inspection.
 
+    The check proves the graph, not one replay of the trace: besides ``args`` it compares
+    fresh inputs of the same shapes and dtypes, and every dynamic axis at another size
+    (:mod:`t2n.fresh_inputs`; seeded by ``seed=``, integers from ``int_range=(lo, hi)``
+    or the example's own range), all run in one load of the archive; the report names
+    the input sets compared. An output that depends on no input (a result the trace froze,
+    e.g. computed through NumPy) is warned about, and fails the check unless declared
+    ``constant_outputs=[name]`` (:mod:`t2n.constant_outputs`).
+
     ``weights`` is how the model's float weights are stored (:mod:`t2n.weight_formats`):
 
     * ``"f32"`` (default): as the model holds them;

@@ -176,8 +176,8 @@ def cli(debug: bool):
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def export_cmd(model, output, inputs, check, keep_failed, dynamic, stream, pulse, output_names,
-               constant_outputs, int_range, seed, rtol, atol, trust_pickle, compact, weights, compute, target,
-               capture, quiet, as_json):
+               constant_outputs, int_range, seed, rtol, atol, trust_pickle, compact, weights,
+               compute, target, capture, quiet, as_json):
     """Export MODEL to an NNEF archive that tract runs.
 
     MODEL is a TorchScript file saved with torch.jit.save, or package.module:callable
