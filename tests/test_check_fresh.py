@@ -227,3 +227,16 @@ def test_manifest_check_fails_a_frozen_model_and_accepts_a_declared_constant(tmp
     assert "input sets compared: example, fresh" in models["numpy"]["message"]
     assert models["table"]["status"] == "pass", models["table"]["message"]
     assert [s["name"] for s in models["table"]["export"]["input_sets"]] == ["example", "fresh"]
+
+
+@pytest.mark.parametrize("how", [dict(weights="f16"), dict(weights="q4_0"), dict(dtype="f32"),
+                                 dict(target="khronos")])
+def test_special_checks_compare_the_fresh_sets_too(tmp_path, how):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 8), torch.nn.ReLU())
+    x = torch.randn(2, 32)
+    if "dtype" in how:
+        model, x = model.to(torch.bfloat16), x.to(torch.bfloat16)
+    r = t2n.export(model, (x,), tmp_path / "m.tar", check=True, **how)
+    assert [s["name"] for s in r.extras["input_sets"]] == ["example", "fresh"]
+    assert r.passed and "(input sets: example, fresh)" in r.report()
