@@ -29,7 +29,8 @@ def input_independent(g: Graph) -> list[str]:
                 any(_symbolic(d) for o in op.outputs for d in o.shape):
             reached.update(id(o) for o in op.outputs)
     return [name for name, t in zip(g.output_names, g.outputs)
-            if id(t) not in reached and not any(_symbolic(d) for d in t.shape)]
+            if id(t) not in reached and not any(_symbolic(d) for d in t.shape)
+            and 0 not in t.shape]  # an empty output holds no value to freeze
 
 
 def _symbolic(v) -> bool:

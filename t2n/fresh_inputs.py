@@ -11,10 +11,11 @@ global RNGs of torch and NumPy are not touched):
 * floats like the example's own values: from the example's empirical distribution (its
   quantiles, interpolated: same range, same sign, no ties) or, when the example holds a
   few distinct values (a 0/1 mask, -inf/0 biases), from those values at their frequencies;
-  an all-constant example ``v`` gives ``v * U(0.5, 1.5)`` (N(0, 1) for zeros);
+  an example of one value (a scale, a mask of ones) keeps it;
 * integers in ``int_range`` [lo, hi) when given (the CLI's ``--int-range``), else in the
   example's own [min, max]; all distinct when the example's are (permutations, index
-  lists), sorted when the example is (offsets);
+  lists); sorted, from the example's first to its last value, when the example is sorted
+  (offsets);
 * bools at random;
 * every dynamic axis also at another size (:meth:`FreshInputs.size_candidates`).
 """
@@ -66,11 +67,14 @@ class FreshInputs:
 
     def _draw(self, sizes: dict[str, int], number: int) -> tuple:
         rng = np.random.default_rng((self.seed, number))
+        # an integer that equals a resized axis' example size follows it (the last offset
+        # of an EmbeddingBag with include_last_offset is the number of indices)
+        moved = {self.symbols[s]: n for s, n in sizes.items()}
         out = []
         for a, shape in zip(self.args, self.shapes):
             dims = [sizes.get(getattr(d, "name", None), int(n))
                     for d, n in zip(shape, a.shape)]
-            out.append(draw_like(a, dims, rng, self.int_range))
+            out.append(draw_like(a, dims, rng, self.int_range, moved))
         return tuple(out)
 
 
@@ -82,8 +86,9 @@ def _sizes(n: int) -> list[int]:
     return out
 
 
-def draw_like(a: torch.Tensor, shape, rng, int_range=None) -> torch.Tensor:
-    """A tensor of ``shape`` and ``a``'s dtype with values drawn like ``a``'s."""
+def draw_like(a: torch.Tensor, shape, rng, int_range=None, moved=None) -> torch.Tensor:
+    """A tensor of ``shape`` and ``a``'s dtype with values drawn like ``a``'s (``moved``:
+    {example size: new size} of the resized axes, for sorted integers ending at one)."""
     count = int(np.prod(shape, dtype=np.int64))
     if a.dtype == torch.bool:
         return torch.from_numpy(rng.random(count) < 0.5).reshape(shape)
@@ -94,7 +99,7 @@ def draw_like(a: torch.Tensor, shape, rng, int_range=None) -> torch.Tensor:
     if a.dtype.is_floating_point:
         values = _floats(example.double().numpy(), count, rng)
     else:
-        values = _integers(example.numpy(), a.dtype, count, rng, int_range)
+        values = _integers(example.numpy(), a.dtype, count, rng, int_range, moved or {})
     return torch.from_numpy(values).to(a.dtype).reshape(shape)
 
 
@@ -104,9 +109,8 @@ def _floats(example: np.ndarray, count: int, rng) -> np.ndarray:
     specials = example[~np.isfinite(example)]
     if distinct.size == 0:
         return rng.standard_normal(count)
-    if distinct.size == 1 and specials.size == 0:
-        v = float(distinct[0])
-        return v * rng.uniform(0.5, 1.5, count) if v != 0 else rng.standard_normal(count)
+    if distinct.size == 1 and specials.size == 0:  # a point mass (a scale, a mask of ones)
+        return np.full(count, distinct[0])
     if distinct.size <= _FEW_DISTINCT and distinct.size * 2 <= example.size or specials.size:
         # a mask, a bias of -inf/0, or values with NaN/Inf: the same values, reshuffled
         return rng.choice(example, count)
@@ -114,7 +118,7 @@ def _floats(example: np.ndarray, count: int, rng) -> np.ndarray:
     return np.interp(rng.random(count) * (s.size - 1), np.arange(s.size), s)
 
 
-def _integers(example: np.ndarray, dtype, count: int, rng, int_range) -> np.ndarray:
+def _integers(example: np.ndarray, dtype, count: int, rng, int_range, moved) -> np.ndarray:
     info = torch.iinfo(dtype)
     if int_range is not None:
         lo, hi = max(int_range[0], info.min), min(int_range[1] - 1, info.max)
@@ -124,11 +128,15 @@ def _integers(example: np.ndarray, dtype, count: int, rng, int_range) -> np.ndar
         lo, hi = 0, 9
     if hi < lo:
         lo, hi = hi, lo
+    lo, hi = max(lo, -2 ** 63), min(hi, 2 ** 63 - 1)
     unique = example.size > 1 and np.unique(example).size == example.size
-    if unique and hi - lo + 1 >= count:
+    if unique and hi - lo + 1 >= count and hi - lo < 2 ** 62:
         values = lo + rng.choice(hi - lo + 1, count, replace=False)
     else:
-        values = rng.integers(lo, hi, count, endpoint=True)
+        values = rng.integers(lo, hi, count, dtype=np.int64, endpoint=True)
     if example.size > 1 and (np.diff(example) >= 0).all() and example[0] != example[-1]:
-        values = np.sort(values)
+        first, last = int(example[0]), moved.get(int(example[-1]), int(example[-1]))
+        values = np.sort(np.clip(values, first, last))  # offsets: sorted, same first and last
+        if count:
+            values[0], values[-1] = first, last
     return values.astype(np.int64)
