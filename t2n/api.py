@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import compute_dtype, dtypes, model_io, passes, weight_formats
+from . import compute_dtype, constant_outputs, dtypes, model_io, passes, weight_formats
 from . import streaming as _stream
 from .builder import Graph, safe_identifier
 from .capture import capture, load_torchscript
 from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
 from .eager import torch_outputs
 from .errors import CheckFailedError, UsageError
+from .fresh_inputs import FreshInputs
 from .staging import staged
 from .targets import get_target
 from .walker import Walker
@@ -362,7 +363,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
                    target=tgt.name, capture_with=_capture_mode(capture), bf16_as=bf16_as)
     g, inputs, handles, out_names = built.graph, built.inputs, built.outputs, built.output_names
     tgt.lower(g)
-    constant = _undeclared_constants(g, out_names, options.get("constant_outputs"))
+    constant = constant_outputs.undeclared(g, out_names, options.get("constant_outputs"))
 
     from .progress import Bar, for_export
     from .writer import write
@@ -407,7 +408,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
             from .weight_check import check_compressed, cost_lines
 
             done, cost = check_compressed(work, caller, g, args, out_names, rtol, atol,
-                                          fresh=_fresh(args, inputs, options), constant=constant)
+                                          fresh=FreshInputs.of_export(args, inputs, options), constant=constant)
             result.checks = done.checks
             result.extras["input_sets"] = [s.to_json() for s in done.sets]
             result.extras["weights_error"] = {c.name: {"max_abs_err": c.max_abs_err,
@@ -419,7 +420,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
             done = check_archive_sets(
                 work, reference, fed, out_names, rtol=rtol, atol=atol, target=tgt.name,
                 input_names=binding.names, atol_for=quantization_steps(g, out_names, handles),
-                fresh=_fresh(fed, inputs, options), constant=constant)
+                fresh=FreshInputs.of_export(fed, inputs, options), constant=constant)
             result.checks = done.checks
             result.extras["input_sets"] = [s.to_json() for s in done.sets]
         if check:
@@ -479,26 +480,3 @@ def check_archive_sets(path: str, model, args, out_names: list[str], *, rtol: fl
                       atol=atol, input_names=input_names, atol_for=atol_for, fresh=fresh,
                       constant=tuple(constant))
 
-
-def _fresh(args, inputs, options):
-    """The fresh input sets of an export's check (:mod:`t2n.fresh_inputs`)."""
-    from .fresh_inputs import FreshInputs
-
-    return FreshInputs(args, [t.shape for t in inputs], options.get("int_range"),
-                       options.get("seed") or 0)
-
-
-def _undeclared_constants(g, out_names, declared) -> list[str]:
-    """Outputs that depend on no input and are not declared ``constant_outputs``: warned
-    about now, failed by the check."""
-    from . import constant_outputs
-
-    declared = [declared] if isinstance(declared, str) else list(declared or ())
-    unknown = [n for n in declared if n not in out_names]
-    if unknown:
-        raise UsageError(f"constant_outputs names {', '.join(unknown)}, which is not an output "
-                         f"(outputs: {', '.join(out_names)})")
-    found = [n for n in constant_outputs.input_independent(g) if n not in declared]
-    if found:
-        g.warnings.append(constant_outputs.warning(found))
-    return found

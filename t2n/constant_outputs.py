@@ -15,6 +15,7 @@ order (which is a topological order: the writer emits the ops so).
 from __future__ import annotations
 
 from .builder import Graph, _flatten
+from .errors import UsageError
 from .nnef_text import _SymDim
 from .tensors import Tensor
 
@@ -31,6 +32,20 @@ def input_independent(g: Graph) -> list[str]:
     return [name for name, t in zip(g.output_names, g.outputs)
             if id(t) not in reached and not any(_symbolic(d) for d in t.shape)
             and 0 not in t.shape]  # an empty output holds no value to freeze
+
+
+def undeclared(g: Graph, out_names: list[str], declared) -> list[str]:
+    """Outputs that depend on no input and are not declared ``constant_outputs``: warned
+    about now (``g.warnings``), failed by the check."""
+    declared = [declared] if isinstance(declared, str) else list(declared or ())
+    unknown = [n for n in declared if n not in out_names]
+    if unknown:
+        raise UsageError(f"constant_outputs names {', '.join(unknown)}, which is not an output "
+                         f"(outputs: {', '.join(out_names)})")
+    found = [n for n in input_independent(g) if n not in declared]
+    if found:
+        g.warnings.append(warning(found))
+    return found
 
 
 def _symbolic(v) -> bool:

@@ -44,6 +44,13 @@ class FreshInputs:
                 if name is not None and name not in self.symbols:
                     self.symbols[name] = int(a.shape[axis])
 
+    @classmethod
+    def of_export(cls, args, inputs, options: dict) -> "FreshInputs":
+        """The fresh sets of an export's check: ``inputs`` are the graph's input handles,
+        ``options`` export's (``int_range``, ``seed``)."""
+        return cls(args, [t.shape for t in inputs], options.get("int_range"),
+                   options.get("seed") or 0)
+
     def same_shapes(self) -> tuple[str, tuple]:
         """("fresh", new values of the example's shapes)."""
         return "fresh", self._draw({}, 1)
