@@ -67,8 +67,9 @@ def check_sets(path: str, model, sets: list[InputSet], out_names: list[str], *, 
                atol_for: dict | None = None, fresh=None, constant: tuple = ()) -> SetsCheck:
     """Compare the archive at ``path`` with ``model`` on ``sets`` (PyTorch must run them:
     the example, the caller's own) and, when ``fresh`` (a
-    :class:`t2n.fresh_inputs.FreshInputs`) is given, on its fresh sets. ``run_sets(path, [inputs...])`` is the engine's multi-set runner;
-    ``constant`` names the outputs that depend on no input and were not declared."""
+    :class:`t2n.fresh_inputs.FreshInputs`) is given, on its fresh sets.
+    ``run_sets(path, [inputs...])`` is the engine's multi-set runner; ``constant`` names
+    the outputs that depend on no input and were not declared."""
     sets = list(sets)
     with preserved_state(model):
         expected = [torch_outputs(model, s.tensors, input_names) for s in sets]
