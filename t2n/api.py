@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import compute_dtype, dtypes, model_io, passes, weight_formats
+from . import compute_dtype, constant_outputs, dtypes, model_io, passes, weight_formats
 from . import streaming as _stream
 from .builder import Graph, safe_identifier
 from .capture import capture, load_torchscript
-from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck, compare
+from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
 from .eager import torch_outputs
 from .errors import CheckFailedError, TractError, UsageError
+from .fresh_inputs import FreshInputs
 from .staging import check_destination, staged
 from .targets import get_target
 from .walker import Walker
@@ -92,11 +93,28 @@ class ExportResult:
         if self.checks is not None:
             ok = all(c.ok for c in self.checks)
             engine = self.extras.get("checked_with", "tract")
-            lines.append(f"  check in {engine}: " + ("PASSED" if ok else "FAILED"))
+            lines.append(f"  check in {engine}: " + ("PASSED" if ok else "FAILED")
+                         + _sets_text(self.extras.get("input_sets")))
             lines += ["    " + c.line() for c in self.checks]
+            lines += ["    " + _not_comparable(s) for s in self.extras.get("input_sets") or []
+                      if not s["compared"]]
         if self.stream is not None:
             lines += ["  " + line for line in self.stream.lines()]
         return "\n".join(lines)
+
+
+def _compared(sets) -> list[str]:
+    return [s["name"] for s in sets or () if s["compared"]]
+
+
+def _sets_text(sets) -> str:
+    """`` (input sets: example, fresh, fresh B=3)``: what a check compared."""
+    names = _compared(sets)
+    return f" (input sets: {', '.join(names)})" if names else ""
+
+
+def _not_comparable(s: dict) -> str:
+    return f"input set {s['name']}: not comparable ({s['reason']})"
 
 
 def _as_args(args) -> tuple:
@@ -153,7 +171,10 @@ def _symbol_minimums(dynamic_axes, symbols, args) -> dict:
 # the archive's tract_core_properties (metadata a runtime reads, e.g. t2n.llm's cache layout)
 # keep_failed: a path the archive moves to when its check fails (t2n.staging)
 # verify_load: False skips the load that proves the engine takes the archive (t2n.load_check)
-_API_OPTIONS = frozenset({"progress", "quiet", "properties", "keep_failed", "verify_load"})
+# constant_outputs: names of outputs meant to depend on no input (t2n.constant_outputs)
+# int_range / seed: [lo, hi) of the integers and the seed of the check's fresh inputs
+_API_OPTIONS = frozenset({"progress", "quiet", "properties", "keep_failed", "verify_load",
+                          "constant_outputs", "int_range", "seed"})
 _KNOWN_OPTIONS = _API_OPTIONS | passes.options()
 
 
@@ -295,6 +316,14 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     check or any error, ``f`` holds what it held before (:mod:`t2n.staging`); the option
     ``keep_failed=PATH`` moves the archive of a failed check to PATH, for inspection.
 
+    The check proves the graph, not one replay of the trace: besides ``args`` it compares
+    fresh inputs of the same shapes and dtypes, and every dynamic axis at another size
+    (:mod:`t2n.fresh_inputs`; seeded by ``seed=``, integers from ``int_range=(lo, hi)``
+    or the example's own range), all run in one load of the archive; the report names
+    the input sets compared. An output that depends on no input (a result the trace froze,
+    e.g. computed through NumPy) is warned about, and fails the check unless declared
+    ``constant_outputs=[name]`` (:mod:`t2n.constant_outputs`).
+
     ``weights`` is how the model's float weights are stored (:mod:`t2n.weight_formats`):
 
     * ``"f32"`` (default): as the model holds them;
@@ -365,6 +394,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     g, inputs, handles, out_names = built.graph, built.inputs, built.outputs, built.output_names
     with phase("lower"):
         tgt.lower(g)
+    constant = constant_outputs.undeclared(g, out_names, options.get("constant_outputs"))
 
     from .archive_info import archive_ops
     from .progress import Bar, for_export
@@ -414,28 +444,36 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         if check and g.storage:  # compressed weights: compare on the same rounded weights
             from .weight_check import check_compressed, cost_lines
 
-            result.checks, cost = check_compressed(work, caller, g, args, out_names, rtol, atol)
+            done, cost = check_compressed(work, caller, g, args, out_names, rtol, atol,
+                                          fresh=FreshInputs.of_export(args, inputs, options), constant=constant)
+            result.checks = done.checks
+            result.extras["input_sets"] = [s.to_json() for s in done.sets]
             result.extras["weights_error"] = {c.name: {"max_abs_err": c.max_abs_err,
                                                        "max_rel_err": c.max_rel_err} for c in cost}
             result.extras.setdefault("report_lines", []).extend(cost_lines(cost))
         elif check:
             reference = model if bf16_as is None else compute_dtype.reference_model(model, bf16_as)
+            fed = compute_dtype.converted_inputs(args, bf16_as)
             try:
-                result.checks = check_archive(
-                    work, reference, compute_dtype.converted_inputs(args, bf16_as), out_names,
-                    rtol=rtol, atol=atol, target=tgt.name, input_names=binding.names,
-                    atol_for=quantization_steps(g, out_names, handles))
+                done = check_archive_sets(
+                    work, reference, fed, out_names, rtol=rtol, atol=atol, target=tgt.name,
+                    input_names=binding.names, atol_for=quantization_steps(g, out_names, handles),
+                    fresh=FreshInputs.of_export(fed, inputs, options), constant=constant)
             except TractError as e:  # the check loads the archive: name the op it refuses
                 from .load_check import with_op_named
 
                 raise with_op_named(e, g) from None
+            result.checks = done.checks
+            result.extras["input_sets"] = [s.to_json() for s in done.sets]
         if check:
             result.extras["checked_with"] = tgt.checker
         if check and not result.passed:
             bad = [c for c in result.checks + (result.stream.checks if result.stream else [])
                    if not c.ok]
+            compared = _compared(result.extras.get("input_sets"))
             raise CheckFailedError(f"{tgt.checker}'s outputs differ from PyTorch's:\n" + "\n".join(
-                "  " + c.line() for c in bad), report=result)
+                "  " + c.line() for c in bad) + (f"\n  input sets compared: {', '.join(compared)}"
+                                                 if compared else ""), report=result)
     return result
 
 
@@ -453,7 +491,6 @@ def quantization_steps(g, out_names, handles) -> dict[str, float]:
     return {n: steps[id(h)] * (1 + 1e-5) for n, h in zip(out_names, handles) if id(h) in steps}
 
 
-@timed("check")
 def check_archive(path: str, model, args, out_names: list[str], rtol: float = DEFAULT_RTOL,
                   atol: float = DEFAULT_ATOL, inputs=None,
                   target: str = "tract", input_names=None,
@@ -462,21 +499,27 @@ def check_archive(path: str, model, args, out_names: list[str], rtol: float = DE
     ``khronos``) and compare each output with PyTorch. ``args`` and ``input_names`` bind
     to ``forward`` as in :func:`export`; ``atol_for`` gives a larger absolute tolerance to
     some outputs, by name."""
-    from .nnef_tools_runner import run_in_nnef_tools
-    from .tract_runner import TractRunError, run_in_tract
+    return check_archive_sets(path, model, args, out_names, rtol=rtol, atol=atol, target=target,
+                              input_names=input_names, atol_for=atol_for).checks
+
+
+@timed("check")
+def check_archive_sets(path: str, model, args, out_names: list[str], *, rtol: float, atol: float,
+                       target: str = "tract", input_names=None, atol_for=None, fresh=None,
+                       constant=(), more=()):
+    """:func:`check_archive` on the example ``args`` ("example"; None: none), the named
+    input sets ``more`` ([(name, args)]) and the fresh sets of ``fresh`` (:mod:`t2n.fresh_inputs`),
+    the engine loading the archive once: a :class:`t2n.check_sets.SetsCheck`."""
+    from . import nnef_tools_runner, tract_runner
+    from .check_sets import InputSet, check_sets
 
     engine = get_target(target).checker
-    run = run_in_nnef_tools if engine == "nnef-tools" else run_in_tract
+    run = nnef_tools_runner.run_sets_in_nnef_tools if engine == "nnef-tools" \
+        else tract_runner.run_sets_in_tract
     model = _load_model(model)
-    expected = torch_outputs(model, args, input_names)
-    args = model_io.bind(model, args, input_names).tensors
-    np_inputs = [a.detach().numpy() for a in args]
-    try:
-        got = run(path, np_inputs)
-    except TractRunError as e:
-        raise TractError(f"{engine} could not run {path}: {e}", crashed=e.crashed) from None
-    if len(got) != len(expected):
-        raise CheckFailedError(f"{engine} returned {len(got)} outputs, PyTorch {len(expected)}")
-    atol_for = atol_for or {}
-    return [compare(n, e, a, rtol=rtol, atol=max(atol, atol_for.get(n, 0.0)))
-            for n, e, a in zip(out_names, expected, got)]
+    sets = ([InputSet("example", args)] if args is not None else []) + \
+        [InputSet(n, a) for n, a in more]
+    return check_sets(path, model, sets, out_names, run_sets=run, engine=engine, rtol=rtol,
+                      atol=atol, input_names=input_names, atol_for=atol_for, fresh=fresh,
+                      constant=tuple(constant))
+

@@ -21,6 +21,7 @@ class OutputCheck:
     max_abs_err: float
     max_rel_err: float
     message: str = ""
+    input_set: str = ""  # the input set the figures come from (t2n.check_sets)
 
     def line(self) -> str:
         status = "ok" if self.ok else "MISMATCH"

@@ -174,6 +174,11 @@ def write_junit(results: list[EntryResult], path: str) -> None:
         out = []
         if r.export:
             out.append(f"{r.export.get('op_count')} ops, {r.export.get('archive_bytes')} bytes")
+            sets = r.export.get("input_sets") or []
+            if sets:
+                out.append("input sets: " + ", ".join(
+                    s["name"] + ("" if s["compared"] else f" (not comparable: {s['reason']})")
+                    for s in sets))
             for c in r.export.get("checks") or []:
                 out.append(f"{c['name']}: {'ok' if c['ok'] else 'MISMATCH'} "
                            f"max_abs_err={c['max_abs_err']} max_rel_err={c['max_rel_err']}"
@@ -264,11 +269,13 @@ def _convert(e: dict) -> dict:
     module, example = specs.load_model(e["model"], trust_pickle=e["trust_pickle"])
     inputs = e["inputs"]
     names = None
+    int_range = None  # the check's fresh integers: the manifest's range for spec inputs
     if isinstance(inputs, list):
         parsed = [specs.parse_input_spec(s) for s in inputs]
         names = [p.name for p in parsed]
         whole, per_input = specs.parse_int_ranges(e["int_range"], names)
         args = specs.make_inputs(parsed, seed=e["seed"], int_range=whole, per_input=per_input)
+        int_range = {n: per_input.get(n, whole) for n in names}
     elif isinstance(inputs, str) and inputs.lower().endswith(".npz"):
         names, args = specs.load_npz(inputs)
     elif isinstance(inputs, str):
@@ -291,6 +298,8 @@ def _convert(e: dict) -> dict:
     stream = {"streaming": e["stream"], "pulse": e.get("pulse")} if e.get("stream") else {}
     r = export(module, args, e["out"], input_names=names, output_names=e["output_names"],
                dynamic_axes=dyn, check=True, rtol=e["rtol"], atol=e["atol"], **stream,
+               constant_outputs=e.get("constant_outputs") or None, seed=e["seed"],
+               **({"int_range": int_range} if int_range else {}),
                **({"keep_failed": e["keep_failed"]} if e.get("keep_failed") else {}))
     return {"status": "pass", "message": "", "export": result_dict(r)}
 

@@ -128,8 +128,9 @@ def cli(debug: bool):
               help="One model input, in order: e.g. x:1x3x224x224:f32 or ids:2x16:i64 "
                    "(repeat for each input; DIMS 'scalar' for rank 0).")
 @click.option("--check", is_flag=True,
-              help="Run the archive in tract and compare with PyTorch (exit 1 on mismatch; "
-                   "OUT is then not written).")
+              help="Run the archive in tract and compare with PyTorch on the example inputs, "
+                   "fresh ones of the same shapes, and the --dynamic axes at another size "
+                   "(exit 1 on mismatch; OUT is then not written).")
 @click.option("--keep-failed", "keep_failed", metavar="PATH", default=None,
               help="With --check: move the archive of a failed check to PATH, for inspection.")
 @click.option("--no-load-check", "no_load_check", is_flag=True,
@@ -149,9 +150,12 @@ def cli(debug: bool):
 @click.option("--output-name", "output_names", multiple=True, metavar="NAME",
               help="Name of each output, in order (default output_0, output_1, ...).")
 @click.option("--int-range", "int_range", multiple=True, metavar="[NAME=]LO:HI",
-              help="Integer example inputs are drawn from [LO, HI) (default 0:10); "
-                   "NAME=LO:HI sets one input's range, e.g. --int-range ids=0:1000 "
-                   "--int-range mask=0:2 (repeatable).")
+              help="Integer example inputs (and --check's fresh ones) are drawn from [LO, HI) "
+                   "(default 0:10); NAME=LO:HI sets one input's range, e.g. --int-range "
+                   "ids=0:1000 --int-range mask=0:2 (repeatable).")
+@click.option("--constant-output", "constant_outputs", multiple=True, metavar="NAME",
+              help="An output meant to depend on no input (repeatable): no warning, and "
+                   "--check does not fail it for being constant.")
 @click.option("--seed", default=0, show_default=True, type=int,
               help="Seed of the random example inputs.")
 @click.option("--rtol", default=1e-4, show_default=True, type=float,
@@ -184,9 +188,9 @@ def cli(debug: bool):
                    "flow is an error instead of being frozen).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def export_cmd(model, output, inputs, check, keep_failed, no_load_check, dynamic, stream, pulse, output_names,
-               int_range, seed, rtol, atol, trust_pickle, compact, weights, compute, target,
-               capture, quiet, as_json):
+def export_cmd(model, output, inputs, check, keep_failed, no_load_check, dynamic, stream, pulse,
+               output_names, int_range, constant_outputs, seed, rtol, atol, trust_pickle,
+               compact, weights, compute, target, capture, quiet, as_json):
     """Export MODEL to an NNEF archive that tract runs.
 
     MODEL is a TorchScript file saved with torch.jit.save, or package.module:callable
@@ -237,6 +241,10 @@ def export_cmd(model, output, inputs, check, keep_failed, no_load_check, dynamic
                         check=check, rtol=rtol, atol=atol, quiet=quiet, as_json=as_json,
                         compact=compact, weights=weights, target=target, capture=capture,
                         **({"dtype": compute} if compute is not None else {}),
+                        **({"constant_outputs": list(constant_outputs)} if constant_outputs
+                           else {}),
+                        **({"int_range": {n: per_input.get(n, lo_hi) for n in names},
+                            "seed": seed} if spec_list else {}),
                         **({"keep_failed": keep_failed} if keep_failed else {}),
                         **({"verify_load": False} if no_load_check else {}),
                         **({"streaming": stream, "pulse": pulse}

@@ -27,6 +27,8 @@ def result_dict(result) -> dict:
                           (result.extras.get("weights_error") or {}).items()} or None,
         "passed": result.passed,
         "checks": None,
+        # the input sets the check ran: example, fresh, fresh B=3 ... (t2n.check_sets)
+        "input_sets": result.extras.get("input_sets"),
     }
     if result.checks is not None:
         d["checks"] = [_check_dict(c) for c in result.checks]
@@ -42,7 +44,8 @@ def result_dict(result) -> dict:
 
 def _check_dict(c) -> dict:
     return {"name": c.name, "ok": c.ok, "max_abs_err": _num(c.max_abs_err),
-            "max_rel_err": _num(c.max_rel_err), "message": c.message}
+            "max_rel_err": _num(c.max_rel_err), "message": c.message,
+            "input_set": getattr(c, "input_set", "")}
 
 
 def _num(x: float):

@@ -38,7 +38,8 @@ else:  # pragma: no cover - python 3.10
 
 _TOP_KEYS = {"model", "pythonpath"}
 _MODEL_KEYS = {"name", "model", "inputs", "dynamic", "rtol", "atol", "seed", "int_range",
-               "output_names", "timeout", "trust_pickle", "stream", "pulse"}
+               "output_names", "timeout", "trust_pickle", "stream", "pulse",
+               "constant_outputs"}
 
 
 @dataclass
@@ -57,6 +58,7 @@ class ModelEntry:
     pythonpath: list[str] = field(default_factory=list)
     stream: str | None = None  # streaming symbol (t2n.streaming), checked pulse by pulse
     pulse: int | None = None
+    constant_outputs: list[str] = field(default_factory=list)  # outputs meant to be constant
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -158,6 +160,9 @@ def _entry(m: dict, i: int, base: str, pythonpath: list[str], path: str) -> Mode
     if out_names is not None and (not isinstance(out_names, list)
                                   or not all(isinstance(n, str) for n in out_names)):
         raise UsageError(f"{where}: output_names must be a list of strings")
+    constant = m.get("constant_outputs", [])
+    if not isinstance(constant, list) or not all(isinstance(n, str) for n in constant):
+        raise UsageError(f"{where}: constant_outputs must be a list of output names")
     trust = m.get("trust_pickle", False)
     if not isinstance(trust, bool):
         raise UsageError(f"{where}: trust_pickle must be true or false")
@@ -173,4 +178,4 @@ def _entry(m: dict, i: int, base: str, pythonpath: list[str], path: str) -> Mode
     return ModelEntry(name=m["name"], model=model, inputs=inputs, dynamic=dynamic,
                       seed=seed, int_range=int_range, output_names=out_names,
                       trust_pickle=trust, pythonpath=pythonpath, stream=stream, pulse=pulse,
-                      **nums)
+                      constant_outputs=constant, **nums)

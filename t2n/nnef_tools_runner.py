@@ -4,7 +4,8 @@ The check of ``target="khronos"`` must not lean on tract: the archive is parsed 
 validated by the Khronos parser (``nnef.load_graph``, which also infers every shape) and
 executed by nnef-tools' PyTorch interpreter. Like :mod:`t2n.tract_runner`, the work happens
 in a child (``python -m t2n.nnef_tools_runner ARCHIVE IN.npz OUT.npz``) with the same exit
-codes: 0 outputs written, 3 the tools refused the archive (message on stderr).
+codes: 0 each set ran (its outputs, or the tools' refusal in ``OUT.npz.err``), 3 the parser
+refused the archive (message on stderr).
 """
 
 from __future__ import annotations
@@ -16,13 +17,20 @@ import tempfile
 
 import numpy as np
 
-from .tract_runner import LOAD_OR_RUN_ERROR, run_in_child
+from .tract_runner import LOAD_OR_RUN_ERROR, run_in_child, run_sets_in_child
 
 
 def run_in_nnef_tools(archive: str, inputs: list[np.ndarray],
                       timeout: float | None = 600) -> list[np.ndarray]:
     """Outputs of a standard archive on ``inputs``, computed by nnef-tools' interpreter."""
     return run_in_child("t2n.nnef_tools_runner", "nnef-tools", archive, inputs, timeout)
+
+
+def run_sets_in_nnef_tools(archive: str, sets: list[list[np.ndarray]],
+                           timeout: float | None = 600) -> list:
+    """Each set's outputs (or refusal) in one child, as :func:`t2n.tract_runner.
+    run_sets_in_tract` does for tract."""
+    return run_sets_in_child("t2n.nnef_tools_runner", "nnef-tools", archive, sets, timeout)
 
 
 def parse_in_nnef_tools(archive: str, timeout: float | None = 600) -> None:
@@ -68,10 +76,16 @@ def _main(argv: list[str]) -> int:
     import warnings
 
     warnings.simplefilter("ignore")  # the interpreter's deprecation chatter is not ours
-    err = _run(argv[1]) if argv[0] == "--load" else _run(*argv)
+    archive, *files = argv
+    err = _run(archive)  # the parser's refusal is the archive's, not a set's
     if err is not None:
         sys.stderr.write(err + "\n")
         return LOAD_OR_RUN_ERROR
+    for inp, out in zip(files[::2], files[1::2]):  # a refusal is per set (OUT.err)
+        err = _run(archive, inp, out)
+        if err is not None:
+            with open(out + ".err", "w") as f:
+                f.write(err)
     return 0
 
 

@@ -45,8 +45,9 @@ class FunctionModule(torch.nn.Module):
 
 def assert_exports(model, args, *, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
                    more_args=(), filename: str = "model.nnef", **export_kwargs):
-    """Export ``model`` on ``args``; assert tract matches PyTorch on ``args`` and on every
-    tuple of inputs in ``more_args`` (other sizes, for dynamic axes).
+    """Export ``model`` on ``args``; assert tract matches PyTorch on ``args``, on the
+    export check's fresh inputs (other values, the dynamic axes at another size) and on
+    every tuple of inputs in ``more_args`` (other sizes, for dynamic axes).
 
     ``args`` is a tensor, a tuple of tensors or a dict of keyword inputs (as is each entry
     of ``more_args``); ``export_kwargs`` go to :func:`t2n.export`
@@ -55,7 +56,7 @@ def assert_exports(model, args, *, rtol: float = DEFAULT_RTOL, atol: float = DEF
     bools exactly. Returns the :class:`~t2n.api.ExportResult`.
     """
     __tracebackhide__ = True  # pytest: show the failure at the caller's line
-    from .api import _as_args, check_archive, export
+    from .api import _as_args, check_archive_sets, export
     from .errors import CheckFailedError, TractError
 
     what = type(model).__name__ if not isinstance(model, (str, os.PathLike)) else str(model)
@@ -78,21 +79,34 @@ def assert_exports(model, args, *, rtol: float = DEFAULT_RTOL, atol: float = DEF
         names = [o.name for o in result.outputs]
         input_names = [i.name for i in result.inputs] if (
             isinstance(args, dict) or export_kwargs.get("input_names")) else None
-        for k, extra in enumerate(more_args):
-            if not isinstance(extra, dict):
-                extra = _as_args(extra)
+        more = [(f"more_args {k + 1}", extra if isinstance(extra, dict) else _as_args(extra))
+                for k, extra in enumerate(more_args)]
+        if more:  # every set in one load of the archive
             try:
-                checks = check_archive(path, model, extra, names, rtol=rtol, atol=atol,
-                                       input_names=input_names)
+                done = check_archive_sets(path, model, None, names, rtol=rtol, atol=atol,
+                                          input_names=input_names, more=more,
+                                          target=export_kwargs.get("target", "tract"))
             except TractError as e:
-                raise AssertionError(f"{what}: tract failed on input set {k + 1}"
+                raise AssertionError(f"{what}: tract failed on input set {_which(e, more)}"
                                      f"{_kept(path)}: {e}") from None
-            if not all(c.ok for c in checks):
-                raise AssertionError(f"{what}: tract differs from torch on input set {k + 1} "
+            bad = [c for c in done.checks if not c.ok]
+            if bad:
+                extra = dict(more)[bad[0].input_set]
+                raise AssertionError(f"{what}: tract differs from torch on input set "
+                                     f"{bad[0].input_set} "
                                      f"(shapes {[tuple(a.shape) for a in _as_args(extra)]})"
                                      f"{_kept(path)}:\n" +
-                                     "\n".join("  " + c.line() for c in checks))
+                                     "\n".join("  " + c.line() for c in done.checks))
         return result
+
+
+def _which(error, more) -> str:
+    """The input set a TractError names (``on input set 2``), else every one of them."""
+    text = str(error)
+    for name, _ in more:
+        if f"on input set {name} " in text or text.endswith(f"on input set {name}"):
+            return name
+    return ", ".join(name for name, _ in more)
 
 
 def _where(error) -> str:

@@ -2,11 +2,13 @@
 
 tract aborts the whole process on a Rust panic, so t2n never loads an archive in its own
 process: :func:`run_in_tract` starts ``python -m t2n.tract_runner`` with the archive and an
-``.npz`` of inputs, and reads back an ``.npz`` of outputs. This module imports neither torch
-nor t2n's engine, so the child starts fast.
+``.npz`` of inputs, and reads back an ``.npz`` of outputs. :func:`run_sets_in_tract` runs
+several input sets (a check's example and fresh inputs) with one load of the archive. This
+module imports neither torch nor t2n's engine, so the child starts fast.
 
-Exit codes of the child: 0 outputs written; 3 tract refused the archive or the inputs (the
-message is on stderr); anything else (a negative code for a signal) is a crash.
+Exit codes of the child: 0 every set ran (each set's outputs, or tract's refusal of those
+inputs in ``OUT.npz.err``); 3 tract refused the archive (the message is on stderr);
+anything else (a negative code for a signal) is a crash.
 """
 
 from __future__ import annotations
@@ -41,7 +43,15 @@ def _child(args: list[str], workdir: str, module: str = "t2n.tract_runner"):
 def run_in_tract(archive: str, inputs: list[np.ndarray],
                  timeout: float | None = 600) -> list[np.ndarray]:
     """Outputs of the archive on ``inputs`` (positional), computed by tract in a child."""
-    return run_in_child("t2n.tract_runner", "tract", archive, inputs, timeout)
+    return _only(run_sets_in_tract(archive, [inputs], timeout))
+
+
+def run_sets_in_tract(archive: str, sets: list[list[np.ndarray]],
+                      timeout: float | None = 600) -> list:
+    """Outputs of the archive on each input set, tract loading the archive ONCE in one
+    child: per set, its list of outputs or the :class:`TractRunError` tract raised on it
+    (a refusal of those inputs). A load error or a crash raises; a crash names the set."""
+    return run_sets_in_child("t2n.tract_runner", "tract", archive, sets, timeout)
 
 
 def load_in_tract(archive: str, timeout: float | None = 600) -> None:
@@ -56,31 +66,65 @@ def run_in_child(module: str, engine: str, archive: str, inputs: list[np.ndarray
                  timeout: float | None = 600) -> list[np.ndarray] | None:
     """Run ``python -m module ARCHIVE IN.npz OUT.npz`` (a runner with this module's exit
     codes) and return the outputs; ``engine`` names it in error messages. ``inputs=None``
-    runs ``python -m module --load ARCHIVE``: load only, returns None."""
+    loads the archive without running it (no input set) and returns None."""
+    if inputs is None:
+        run_sets_in_child(module, engine, archive, [], timeout)
+        return None
+    return _only(run_sets_in_child(module, engine, archive, [inputs], timeout))
+
+
+def _only(results: list) -> list[np.ndarray]:
+    if isinstance(results[0], TractRunError):
+        raise results[0]
+    return results[0]
+
+
+def run_sets_in_child(module: str, engine: str, archive: str, sets: list[list[np.ndarray]],
+                      timeout: float | None = 600) -> list:
+    """``python -m module ARCHIVE IN0.npz OUT0.npz [IN1.npz OUT1.npz ...]``: one child, one
+    load, every set run in order (see :func:`run_sets_in_tract`); no set: load only."""
     with tempfile.TemporaryDirectory(prefix="t2n-run-") as d:
-        inp = os.path.join(d, "inputs.npz")
-        out = os.path.join(d, "outputs.npz")
-        if inputs is None:
-            cmd, kw = _child(["--load", os.path.abspath(archive)], d, module)
-        else:
-            np.savez(inp, *[np.asarray(a) for a in inputs])
-            cmd, kw = _child([os.path.abspath(archive), inp, out], d, module)
+        pairs = _write_sets(d, sets)
+        cmd, kw = _child([os.path.abspath(archive), *[p for pair in pairs for p in pair]],
+                         d, module)
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                                stdin=subprocess.DEVNULL, **kw)
         except subprocess.TimeoutExpired:
             raise TractRunError(f"{engine} did not finish within {timeout:.0f} s",
                                 crashed=True) from None
-        if p.returncode == 0:
-            if inputs is None:
-                return None
-            with np.load(out, allow_pickle=False) as z:
-                return [z[f"arr_{i}"] for i in range(len(z.files))]
         msg = _summarise(p.stderr)
         if p.returncode == LOAD_OR_RUN_ERROR:
             raise TractRunError(msg, crashed=False)
-        raise TractRunError(f"{engine} crashed (exit code {p.returncode}): {msg}",
-                            crashed=True)
+        return _read_sets(pairs, engine, None if p.returncode == 0 else
+                          f"{engine} crashed (exit code {p.returncode}): {msg}")
+
+
+def _write_sets(folder: str, sets) -> list[tuple[str, str]]:
+    pairs = []
+    for k, inputs in enumerate(sets):
+        inp, out = os.path.join(folder, f"inputs{k}.npz"), os.path.join(folder, f"outputs{k}.npz")
+        np.savez(inp, *[np.asarray(a) for a in inputs])
+        pairs.append((inp, out))
+    return pairs
+
+
+def _read_sets(pairs, engine: str, crash: str | None) -> list:
+    """Each set's outputs or refusal; the first set with neither is where the child
+    crashed (``crash``: its message), and a crash is raised naming that set."""
+    results = []
+    for k, (_, out) in enumerate(pairs):
+        if os.path.exists(out):
+            with np.load(out, allow_pickle=False) as z:
+                results.append([z[f"arr_{i}"] for i in range(len(z.files))])
+        elif os.path.exists(out + ".err"):
+            with open(out + ".err") as f:
+                results.append(TractRunError(f.read().strip(), crashed=False))
+        else:
+            e = TractRunError(crash or f"{engine} wrote no outputs", crashed=True)
+            e.set_index = k
+            raise e
+    return results
 
 
 def _summarise(stderr: str) -> str:
@@ -110,16 +154,21 @@ class TractWorker:
 
     def load(self, archive: str) -> None:
         """Load the archive into a runnable plan without running it (as :func:`load_in_tract`)."""
-        self.run(archive, None)
+        self.run_sets(archive, [])
 
-    def run(self, archive: str, inputs: list[np.ndarray] | None) -> list[np.ndarray] | None:
+    def run(self, archive: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return _only(self.run_sets(archive, [inputs]))
+
+    def run_sets(self, archive: str, sets: list[list[np.ndarray]]) -> list:
+        """:func:`run_sets_in_tract` in this worker: one load for every set."""
         if self._proc is None or self._proc.poll() is not None:
             self._start()
-        inp = os.path.join(self._dir.name, "in.npz") if inputs is not None else ""
-        out = os.path.join(self._dir.name, "out.npz")
-        if inputs is not None:
-            np.savez(inp, *[np.asarray(a) for a in inputs])
-        self._proc.stdin.write(f"{os.path.abspath(archive)}\t{inp}\t{out}\n")
+        for name in os.listdir(self._dir.name):
+            if name.startswith(("inputs", "outputs")):
+                os.remove(os.path.join(self._dir.name, name))
+        pairs = _write_sets(self._dir.name, sets)
+        self._proc.stdin.write("\t".join([os.path.abspath(archive),
+                                          *[p for pair in pairs for p in pair]]) + "\n")
         self._proc.stdin.flush()
         ready, _, _ = select.select([self._proc.stdout], [], [], self.timeout)
         if not ready:  # a hung run: the next one gets a fresh child
@@ -133,14 +182,12 @@ class TractWorker:
             self._proc.wait()
             self._stderr.seek(0)
             msg = _summarise(self._stderr.read())
+            self._stderr.close()
             code = self._proc.returncode
             self._proc = None
-            raise TractRunError(f"tract crashed (exit code {code}): {msg}", crashed=True)
+            return _read_sets(pairs, "tract", f"tract crashed (exit code {code}): {msg}")
         if line.startswith("ok"):
-            if inputs is None:
-                return None
-            with np.load(out, allow_pickle=False) as z:
-                return [z[f"arr_{i}"] for i in range(len(z.files))]
+            return _read_sets(pairs, "tract", None)
         raise TractRunError(line[4:].strip(), crashed=False)
 
     def close(self):
@@ -151,25 +198,32 @@ class TractWorker:
         self._dir.cleanup()
 
 
-def _run_one(tract, archive: str, inp: str, out: str) -> str | None:
-    """Run one archive (load it only when ``inp`` is empty); None on success, else tract's
-    message (a refusal, not a crash)."""
+def _run_sets(tract, archive: str, pairs: list[tuple[str, str]]) -> str | None:
+    """Load the archive once and run it on each ``(IN.npz, OUT.npz)`` pair in order: the
+    outputs go to OUT, a refusal of those inputs to ``OUT.err``. Returns None, or tract's
+    message when it refused the archive itself."""
     try:
-        model = tract.nnef().load(archive)
-        runnable = model.into_runnable()
-        if not inp:
-            return None
-        with np.load(inp, allow_pickle=False) as z:
-            inputs = [z[f"arr_{i}"] for i in range(len(z.files))]
-        results = runnable.run(inputs)
-        arrays = [r.to_numpy() for r in results]
+        runnable = tract.nnef().load(archive).into_runnable()
     except Exception as e:  # tract.TractError and friends
-        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        if len(lines) > 6:  # keep the context and the root cause of tract's error chain
-            lines = lines[:1] + ["..."] + lines[-4:]
-        return " | ".join(lines) or type(e).__name__
-    np.savez(out, *arrays)
+        return _message(e)
+    for inp, out in pairs:
+        try:
+            with np.load(inp, allow_pickle=False) as z:
+                inputs = [z[f"arr_{i}"] for i in range(len(z.files))]
+            arrays = [r.to_numpy() for r in runnable.run(inputs)]
+        except Exception as e:
+            with open(out + ".err", "w") as f:
+                f.write(_message(e))
+            continue
+        np.savez(out, *arrays)
     return None
+
+
+def _message(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    if len(lines) > 6:  # keep the context and the root cause of tract's error chain
+        lines = lines[:1] + ["..."] + lines[-4:]
+    return " | ".join(lines) or type(e).__name__
 
 
 def _main(argv: list[str]) -> int:
@@ -177,13 +231,13 @@ def _main(argv: list[str]) -> int:
 
     if argv == ["--serve"]:
         for line in sys.stdin:
-            archive, inp, out = line.rstrip("\n").split("\t")
-            err = _run_one(tract, archive, inp, out)
+            archive, *files = line.rstrip("\n").split("\t")
+            err = _run_sets(tract, archive, list(zip(files[::2], files[1::2])))
             sys.stdout.write("ok\n" if err is None else "err " + err.replace("\n", " ") + "\n")
             sys.stdout.flush()
         return 0
-    archive, inp, out = argv if argv[0] != "--load" else (argv[1], "", "")
-    err = _run_one(tract, archive, inp, out)
+    archive, *files = argv
+    err = _run_sets(tract, archive, list(zip(files[::2], files[1::2])))
     if err is not None:
         sys.stderr.write(err + "\n")
         return LOAD_OR_RUN_ERROR

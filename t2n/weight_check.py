@@ -92,26 +92,26 @@ def _tensors(model):
 
 
 @timed("check")
-def check_compressed(path: str, model, g, args, out_names, rtol: float, atol: float):
-    """(checks against the rounded-weight model, errors against the original model)."""
-    from .eager import torch_outputs
+def check_compressed(path: str, model, g, args, out_names, rtol: float, atol: float,
+                     fresh=None, constant=()):
+    """(a :class:`t2n.check_sets.SetsCheck` against the rounded-weight model, on the
+    example and the ``fresh`` sets; the errors against the original model, on the
+    example)."""
     from .check import compare
-    from .errors import CheckFailedError, TractError
-    from .tract_runner import TractRunError, run_in_tract
+    from .check_sets import InputSet, check_sets, preserved_state
+    from .eager import torch_outputs
+    from .tract_runner import run_sets_in_tract
 
     ref = rounded_copy(model, g)
-    expected = torch_outputs(ref, args)
+    done = check_sets(path, ref, [InputSet("example", tuple(args))], out_names,
+                      run_sets=run_sets_in_tract, rtol=rtol, atol=atol, fresh=fresh,
+                      constant=tuple(constant))
     del ref
-    original = torch_outputs(model, args)
-    try:
-        got = run_in_tract(path, [a.detach().numpy() for a in args])
-    except TractRunError as e:
-        raise TractError(f"tract could not run {path}: {e}", crashed=e.crashed) from None
-    if len(got) != len(expected):
-        raise CheckFailedError(f"tract returned {len(got)} outputs, PyTorch {len(expected)}")
-    checks = [compare(n, e, a, rtol=rtol, atol=atol) for n, e, a in zip(out_names, expected, got)]
-    cost = [compare(n, e, a, rtol=rtol, atol=atol) for n, e, a in zip(out_names, original, got)]
-    return checks, cost
+    with preserved_state(model):
+        original = torch_outputs(model, args)
+    cost = [compare(n, e, a, rtol=rtol, atol=atol)
+            for n, e, a in zip(out_names, original, done.example_outputs)]
+    return done, cost
 
 
 def cost_lines(cost) -> list[str]:

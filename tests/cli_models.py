@@ -148,3 +148,25 @@ def make_masked_embed_with_dict():
     # keys in another order than forward's parameters: bound by name, as the API does
     return MaskedEmbed(), {"attention_mask": torch.tensor([[1, 1, 1, 1, 0, 0]] * 2),
                            "input_ids": ids}
+class NumpyTanh(torch.nn.Module):
+    """A result computed outside torch: the trace records it as a constant."""
+
+    def forward(self, x):
+        import numpy as np
+
+        return torch.from_numpy(np.tanh(x.numpy()))
+
+
+def make_numpy_tanh():
+    return NumpyTanh()
+
+
+class WithTable(torch.nn.Module):
+    """One output from the input, one constant on purpose (a fixed table)."""
+
+    def forward(self, x):
+        return x * 2, torch.arange(12, dtype=torch.float32).reshape(3, 4)
+
+
+def make_with_table():
+    return WithTable()

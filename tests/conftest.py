@@ -123,28 +123,32 @@ def capture(request, monkeypatch):
 
 @pytest.fixture(scope="session", autouse=True)
 def _one_tract_child_per_test_process():
-    """Every check of the suite (``export(check=True)``), and the load every export without
-    a check proves, runs tract in one long-lived child
-    per test process instead of a new interpreter per run (about 0.3 s of CPU each, most of
+    """Every check of the suite (``export(check=True)``, all its input sets), and the load
+    every export without a check proves, runs tract in one long-lived child per test
+    process instead of a new interpreter per run (about 0.3 s of CPU each, most of
     the suite's time otherwise); a crash or a hang still fails only the run that caused it,
     and the next run starts a fresh child. ``t2n.tract_runner``'s own tests call
     ``run_in_child`` directly and keep exercising the per-run child."""
     from t2n import tract_runner
 
     worker = tract_runner.TractWorker(timeout=600)
-    original = tract_runner.run_in_tract
+    original = tract_runner.run_in_tract, tract_runner.run_sets_in_tract
 
     def run_in_tract(archive, inputs, timeout=600):
         return worker.run(archive, inputs)
+
+    def run_sets_in_tract(archive, sets, timeout=600):
+        return worker.run_sets(archive, sets)
 
     def load_in_tract(archive, timeout=600):  # the load every export proves (t2n.load_check)
         worker.load(archive)
 
     original_load = tract_runner.load_in_tract
     tract_runner.run_in_tract = run_in_tract
+    tract_runner.run_sets_in_tract = run_sets_in_tract
     tract_runner.load_in_tract = load_in_tract
     yield worker
-    tract_runner.run_in_tract = original
+    tract_runner.run_in_tract, tract_runner.run_sets_in_tract = original
     tract_runner.load_in_tract = original_load
     worker.close()
 

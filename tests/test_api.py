@@ -102,8 +102,9 @@ def test_assert_exports_passes_and_checks_more_inputs(mlp):
 def test_assert_exports_fails_with_per_output_figures(mlp, monkeypatch, tmp_path):
     import t2n.tract_runner as tr
 
-    real = tr.run_in_tract
-    monkeypatch.setattr(tr, "run_in_tract", lambda *a, **k: [o * 1.01 for o in real(*a, **k)])
+    real = tr.run_sets_in_tract
+    monkeypatch.setattr(tr, "run_sets_in_tract",
+                        lambda *a, **k: [[o * 1.01 for o in outs] for outs in real(*a, **k)])
     monkeypatch.setenv("T2N_KEEP_FAILED", str(tmp_path / "kept"))
     with pytest.raises(AssertionError) as e:
         assert_exports(mlp, torch.randn(2, 8))

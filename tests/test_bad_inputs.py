@@ -166,15 +166,16 @@ def test_nan_where_torch_has_a_number_fails_the_check(out, monkeypatch):
 
     import t2n.tract_runner as tr
 
-    real = tr.run_in_tract
+    real = tr.run_sets_in_tract
 
     def nan_first(*a, **k):
-        got = real(*a, **k)
-        got[0] = got[0].copy()
-        got[0].flat[0] = np.nan
-        return got
+        sets = real(*a, **k)
+        for got in sets:
+            got[0] = got[0].copy()
+            got[0].flat[0] = np.nan
+        return sets
 
-    monkeypatch.setattr(tr, "run_in_tract", nan_first)
+    monkeypatch.setattr(tr, "run_sets_in_tract", nan_first)
     r = t2n("export", "cli_models:make_mlp", "-o", out / "m.tgz", "--input", "x:2x8:f32",
             "--check")
     assert r.exit_code == 1, r.output

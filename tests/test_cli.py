@@ -143,8 +143,9 @@ def test_dynamic_axis_from_the_command_line(tmp_path):
 def test_failed_check_exits_1_with_figures(tmp_path, monkeypatch):
     import t2n.tract_runner as tr
 
-    real = tr.run_in_tract
-    monkeypatch.setattr(tr, "run_in_tract", lambda *a, **k: [o + 0.5 for o in real(*a, **k)])
+    real = tr.run_sets_in_tract
+    monkeypatch.setattr(tr, "run_sets_in_tract",
+                        lambda *a, **k: [[o + 0.5 for o in outs] for outs in real(*a, **k)])
     r = run_cli("export", "cli_models:make_mlp", "-o", tmp_path / "m.tgz", "--input", "x:3x8:f32",
             "--check")
     assert r.exit_code == 1
@@ -160,8 +161,9 @@ def test_failed_check_leaves_the_output_path_as_it_was(tmp_path, monkeypatch):
     ok = run_cli("export", "cli_models:make_mlp", "-o", kept, "--input", "x:3x8:f32")
     assert ok.exit_code == 0, ok.output
     before = kept.read_bytes()
-    real = tr.run_in_tract
-    monkeypatch.setattr(tr, "run_in_tract", lambda *a, **k: [o + 0.5 for o in real(*a, **k)])
+    real = tr.run_sets_in_tract
+    monkeypatch.setattr(tr, "run_sets_in_tract",
+                        lambda *a, **k: [[o + 0.5 for o in outs] for outs in real(*a, **k)])
     for out in (fresh, kept):
         r = run_cli("export", "cli_models:make_mlp", "-o", out, "--input", "x:3x8:f32",
                     "--check")
@@ -182,7 +184,7 @@ def test_tract_refusal_is_a_failed_check(tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise tr.TractRunError("tract crashed (exit code -6): panicked at ...", crashed=True)
 
-    monkeypatch.setattr(tr, "run_in_tract", refuse)
+    monkeypatch.setattr(tr, "run_sets_in_tract", refuse)
     r = run_cli("export", "cli_models:make_mlp", "-o", tmp_path / "m.tgz", "--input", "x:3x8:f32",
             "--check")
     assert r.exit_code == 1
