@@ -37,7 +37,8 @@ def make_readout():
 def loads(monkeypatch):
     """The archives tract was asked to load (only) and to run, in order."""
     seen = {"load": [], "run": []}
-    load, run = tract_runner.load_in_tract, tract_runner.run_in_tract
+    load, run, run_sets = (tract_runner.load_in_tract, tract_runner.run_in_tract,
+                           tract_runner.run_sets_in_tract)
 
     def counting_load(archive, timeout=600):
         seen["load"].append(archive)
@@ -47,8 +48,13 @@ def loads(monkeypatch):
         seen["run"].append(archive)
         return run(archive, inputs, timeout)
 
+    def counting_run_sets(archive, sets, timeout=600):  # a check: every input set, one load
+        seen["run"].append(archive)
+        return run_sets(archive, sets, timeout)
+
     monkeypatch.setattr(tract_runner, "load_in_tract", counting_load)
     monkeypatch.setattr(tract_runner, "run_in_tract", counting_run)
+    monkeypatch.setattr(tract_runner, "run_sets_in_tract", counting_run_sets)
     return seen
 
 

@@ -255,8 +255,9 @@ def test_writer_applies_the_rule_too(tmp_path):
 def _failing_check(monkeypatch):
     import t2n.tract_runner as tr
 
-    real = tr.run_in_tract
-    monkeypatch.setattr(tr, "run_in_tract", lambda *a, **k: [o + 1 for o in real(*a, **k)])
+    real = tr.run_sets_in_tract  # every input set of the check: tract's outputs off by one
+    monkeypatch.setattr(tr, "run_sets_in_tract",
+                        lambda *a, **k: [[o + 1 for o in outs] for outs in real(*a, **k)])
 
 
 def test_keep_failed_refuses_a_user_file_before_the_trace(tmp_path):
