@@ -164,12 +164,40 @@ def _qconv(g, x, wq: torch.Tensor, bias, stride, padding, dilation, groups, out_
     if out_scale is None:
         return acc, per
     shape = [1, -1] + [1] * n
+    if torch.backends.quantized.engine == "qnnpack":
+        return _qnnpack_requantized(g, acc, per, x_scale, bias, shape, out_scale, out_zp,
+                                    out_dtype, relu)
     f = g.cast(acc, torch.float32)
     f = g.binary("mul", f, g.const((per.double() * x_scale).float().reshape(shape)),
                  torch.float32)
     if bias is not None:
         f = g.binary("add", f, g.const(bias.detach().float().reshape(shape)), torch.float32)
     return _requantized(g, f, out_scale, out_zp, out_dtype, relu=relu)
+
+
+def _qnnpack_requantized(g, acc, w_scales, x_scale, bias, shape, out_scale, out_zp, out_dtype,
+                         relu):
+    """The int32 sums requantized as PyTorch's qnnpack kernels do (its conv and linear; the
+    engine PyTorch runs is the one set when exporting): the bias quantized to int32 with the
+    float32 scale ``w_scale * x_scale`` and added to the sums, the total scaled by one
+    float32 multiplier ``w_scale * x_scale / out_scale``, rounded half to even, plus the
+    zero point, clamped. (fbgemm's float bias and scale differ from it by a step now and
+    then; measured bit-exact against qnnpack on random convs and linears.)"""
+    ws = w_scales.float()
+    xs = torch.tensor(float(x_scale), dtype=torch.float32)
+    mult = (ws * xs) / torch.tensor(float(out_scale), dtype=torch.float32)
+    if bias is not None:
+        bq = torch.round(bias.detach().float() / (ws * xs)).to(torch.int32)
+        acc = g.binary("add", acc, g.const(bq.reshape(shape)), torch.int32)
+    y = g.binary("mul", g.cast(acc, torch.float32), g.const(mult.reshape(shape)), torch.float32)
+    y = g.op("tract_core_round_even", y)
+    if out_zp:
+        y = g.binary("add", y, float(out_zp), torch.float32)
+    lo, hi = _RANGE[out_dtype]
+    y = g.op("clamp", y, float(lo), float(hi))
+    y = set_qparams(g, g.op("tract_core_cast", y, to=dtypes.tract_name(out_dtype),
+                            out_dtype=out_dtype), out_scale, out_zp)
+    return _relu_q(g, y) if relu else y
 
 
 def _packed_conv(g, packed, what):
