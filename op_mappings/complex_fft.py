@@ -1,0 +1,243 @@
+"""FFTs and the STFT with complex results or complex inputs, on tract's FFT op.
+
+Every transform is ``tract_core_fft`` (one op per transformed axis, O(n log n) in tract,
+nothing in the archive grows with the length) on the (re, im) real form of
+``op_mappings/helpers/complex.py``, then PyTorch's ``norm`` as one product:
+
+* ``fft``/``ifft``/``fftn``/``ifftn`` (and ``2``): each input axis trimmed or zero padded to
+  ``n``/``s``, a real input given a zero imaginary part;
+* ``rfft``/``rfftn``: the full transform of the real input, the last axis cut to its
+  ``n // 2 + 1`` non-negative frequencies; ``ihfft`` is its conjugate with the inverse scale;
+* ``irfft``/``irfftn``: the other axes by the inverse complex transform, then the last: the
+  half spectrum trimmed or padded to ``n // 2 + 1`` bins, weighted 1 for the DC (and even
+  ``n``'s Nyquist) bin and 2 for the others (each stands for its Hermitian mirror), zero
+  padded to ``n``, inverse-transformed, real part. That is PyTorch's c2r step, which also
+  ignores the imaginary parts of the DC and Nyquist bins; ``hfft`` is ``irfft`` of the
+  conjugate with the forward scale;
+* ``stft(return_complex=True)``: ``tract_core_stft`` (frames, window, DFT; the frame count
+  stays symbolic for a dynamic length), bins on axis -2 as PyTorch lays them out, cut to the
+  one-sided half for a real signal.
+
+Lengths of transformed axes may be dynamic except where ``n``/``s`` pads or trims them and
+for the output length of the c2r step (its weights and padding need ``n``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from op_mappings.helpers import complex as C
+from t2n.registry import complex_variant
+from t2n.tensors import Tensor
+
+_NORMS = ("backward", "forward", "ortho")
+_SWAP = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
+
+
+def _norm(g, norm):
+    norm = norm or "backward"
+    if norm not in _NORMS:
+        raise g.error(f"norm: {norm!r} is not 'backward', 'forward' or 'ortho'")
+    return norm
+
+
+def _parts_dtype(g, x: Tensor) -> torch.dtype:
+    """The float dtype the transform runs in: the complex output's parts, else (a real
+    result) the input's."""
+    out = g.out_dtype()
+    if out.is_complex:
+        return C.part_dtype(g)
+    if out not in (torch.float32, torch.float64):
+        raise g.error(f"dtype {out} is not supported for FFTs (float32/float64 are)")
+    return out
+
+
+def _as_complex(g, x: Tensor, d: torch.dtype) -> Tensor:
+    return C.complex_arg(g, x, d)
+
+
+def _plan(g, rank: int, s, dim, default_all: bool = True):
+    """(axes, lengths or None) with PyTorch's defaults: dims from ``s`` (its last len(s)
+    axes) or all axes; a length of -1 in ``s`` means the input's."""
+    s = [s] if isinstance(s, int) else (None if s is None else list(s))
+    dim = [dim] if isinstance(dim, int) else (None if dim is None else list(dim))
+    if dim is None:
+        dim = list(range(rank - len(s), rank)) if s is not None else list(range(rank))
+    axes = [C.axis(rank, d) for d in dim]
+    if len(set(axes)) != len(axes):
+        raise g.error(f"dim: repeated axes in {dim}")
+    if s is not None and len(s) != len(axes):
+        raise g.error(f"s: {s} and dim {dim} differ in length")
+    lengths = [None if s is None or s[i] == -1 else s[i] for i in range(len(axes))]
+    for n in lengths:
+        if n is not None and (not isinstance(n, int) or n < 1):
+            raise g.error(f"n/s: invalid transform length {n}")
+    return axes, lengths
+
+
+def _c2c(g, z: Tensor, axes, lengths, inverse: bool, norm: str) -> Tensor:
+    """Complex transform of ``z`` over ``axes`` (real-form axes), each fitted to its
+    length; normalised over the product of the lengths."""
+    total = 1
+    for a, n in zip(axes, lengths):
+        z = C.fit_length(g, z, a, n)
+        z = C.fft(g, z, a, inverse)
+        total = total * z.shape[a]
+    return C.scale_by(g, z, total, norm, inverse)
+
+
+@complex_variant("fft_fft", "fft_ifft")
+def fft_fft(g, self, n=None, dim=-1, norm=None):
+    inverse = g.node.op.endswith("ifft")
+    d = _parts_dtype(g, self)
+    z = _as_complex(g, self, d)
+    axes, lengths = _plan(g, C.rank(z), None if n is None else [n], [dim])
+    return _c2c(g, z, axes, lengths, inverse, _norm(g, norm))
+
+
+@complex_variant("fft_fft2", "fft_fftn", "fft_ifft2", "fft_ifftn")
+def fft_fftn(g, self, s=None, dim=None, norm=None):
+    name = g.node.op.split("::")[-1]
+    if name.endswith("2") and dim is None:
+        dim = [-2, -1]
+    d = _parts_dtype(g, self)
+    z = _as_complex(g, self, d)
+    axes, lengths = _plan(g, C.rank(z), s, dim)
+    return _c2c(g, z, axes, lengths, name.startswith("fft_i"), _norm(g, norm))
+
+
+def _rfftn(g, x: Tensor, s, dim, norm: str, inverse_scale: bool) -> Tensor:
+    if x.complex:
+        raise g.error("self: rfft takes a real tensor")
+    d = _parts_dtype(g, x)
+    z = _as_complex(g, x, d)
+    axes, lengths = _plan(g, C.rank(z), s, dim)
+    if not axes:
+        raise g.error("dim: at least one axis must be transformed")
+    total = 1
+    for a, n in zip(axes, lengths):
+        z = C.fit_length(g, z, a, n)
+        z = C.fft(g, z, a, False)
+        total = total * z.shape[a]
+    last = axes[-1]
+    z = C.marked(g.slice(z, last, 0, C.floor_size(z.shape[last], 2, 1)))
+    return C.scale_by(g, z, total, norm, inverse_scale)
+
+
+@complex_variant("fft_rfft")
+def fft_rfft(g, self, n=None, dim=-1, norm=None):
+    return _rfftn(g, self, None if n is None else [n], [dim], _norm(g, norm), False)
+
+
+@complex_variant("fft_rfft2", "fft_rfftn")
+def fft_rfftn(g, self, s=None, dim=None, norm=None):
+    if g.node.op.endswith("2") and dim is None:
+        dim = [-2, -1]
+    return _rfftn(g, self, s, dim, _norm(g, norm), False)
+
+
+def _conj(g, z: Tensor) -> Tensor:
+    re, im = C.parts(g, z)
+    return C.make(g, re, g.op("neg", im), z.dtype)
+
+
+@complex_variant("fft_ihfft")
+def fft_ihfft(g, self, n=None, dim=-1, norm=None):
+    """``conj(rfft(x)) / n`` (the inverse's scale)."""
+    z = _rfftn(g, self, None if n is None else [n], [dim], _SWAP[_norm(g, norm)], False)
+    return _conj(g, z)
+
+
+def _c2r(g, z: Tensor, ax: int, n: int | None, d) -> Tensor:
+    """The real signal of length ``n`` whose one-sided spectrum is ``z`` along ``ax``
+    (unnormalised, PyTorch's c2r)."""
+    have = z.shape[ax]
+    if n is None:
+        if not isinstance(have, int):
+            raise g.error("n: the output length of irfft/hfft must be static (give n)")
+        n = 2 * (have - 1)
+    if n < 1:
+        raise g.error(f"n: invalid output length {n}")
+    half = n // 2 + 1
+    z = C.fit_length(g, z, ax, half)
+    w = torch.full((half,), 2.0, dtype=d)
+    w[0] = 1.0
+    if n % 2 == 0:
+        w[-1] = 1.0
+    w = w.reshape([half] + [1] * (z.rank - 1 - ax))
+    z = C.marked(g.binary("mul", z, g.const(w), d))
+    z = C.fit_length(g, z, ax, n)
+    return C.real_part(g, C.fft(g, z, ax, True))
+
+
+def _irfftn(g, self, s, dim, norm: str, conj: bool) -> Tensor:
+    d = _parts_dtype(g, self)
+    z = _as_complex(g, self, d)
+    if conj:
+        z = _conj(g, z)
+    axes, lengths = _plan(g, C.rank(z), s, dim)
+    if not axes:
+        raise g.error("dim: at least one axis must be transformed")
+    total = 1
+    for a, n in zip(axes[:-1], lengths[:-1]):
+        z = C.fit_length(g, z, a, n)
+        z = C.fft(g, z, a, True)
+        total = total * z.shape[a]
+    x = _c2r(g, z, axes[-1], lengths[-1], d)
+    total = total * x.shape[axes[-1]]
+    return C.scale_by(g, x, total, norm, True)
+
+
+@complex_variant("fft_irfft")
+def fft_irfft(g, self, n=None, dim=-1, norm=None):
+    return _irfftn(g, self, None if n is None else [n], [dim], _norm(g, norm), False)
+
+
+@complex_variant("fft_irfft2", "fft_irfftn")
+def fft_irfftn(g, self, s=None, dim=None, norm=None):
+    if g.node.op.endswith("2") and dim is None:
+        dim = [-2, -1]
+    return _irfftn(g, self, s, dim, _norm(g, norm), False)
+
+
+@complex_variant("fft_hfft")
+def fft_hfft(g, self, n=None, dim=-1, norm=None):
+    return _irfftn(g, self, None if n is None else [n], [dim], _SWAP[_norm(g, norm)], True)
+
+
+@complex_variant("stft")
+def stft(g, self, n_fft, hop_length=None, win_length=None, window=None, normalized=False,
+         onesided=None, return_complex=None, align_to_window=None):
+    """``torch.stft`` of a 1-D or 2-D signal (real or complex) to ``[..., freq, frames]``
+    complex. ``center`` padding is traced before this op (a ``pad``); the window must be a
+    constant real tensor (tract's STFT takes it as one)."""
+    if align_to_window:
+        raise g.error("align_to_window=True is not supported")
+    r = C.rank(self) if self.complex else self.rank
+    if r not in (1, 2):
+        raise g.error("self: a 1-D or 2-D signal is required")
+    d = _parts_dtype(g, self)
+    z = _as_complex(g, self, d)
+    if C.rank(z) == 1:
+        z = C.marked(g.unsqueeze(z, [0]))
+    hop = hop_length if hop_length is not None else n_fft // 4
+    win = win_length if win_length is not None else n_fft
+    length = z.shape[1]
+    if not (0 < win <= n_fft and hop > 0) or isinstance(length, int) and n_fft > length:
+        raise g.error(f"n_fft={n_fft}, hop_length={hop}, win_length={win} are invalid for a "
+                      f"signal of length {length}")
+    if window is not None and (window.complex or not window.is_const):
+        raise g.error("window: a window computed from the inputs is not supported (tract's "
+                      "STFT takes a constant window)")
+    left = (n_fft - win) // 2
+    full = torch.zeros(n_fft, dtype=torch.float64)
+    full[left:left + win] = 1.0 if window is None else window.value.to(torch.float64)
+    frames = C.stft(g, z, n_fft, hop, full)  # [B, frames, n_fft, 2]
+    out = C.marked(g.transpose(frames, [0, 2, 1, 3]))
+    if onesided is None:
+        onesided = not self.complex
+    if onesided:
+        out = C.marked(g.slice(out, 1, 0, n_fft // 2 + 1))
+    if normalized:
+        out = C.marked(g.binary("mul", out, g.scalar(n_fft ** -0.5, d), d))
+    return out if r == 2 else C.marked(g.squeeze(out, [0]))
