@@ -241,3 +241,55 @@ def stft(g, self, n_fft, hop_length=None, win_length=None, window=None, normaliz
     if normalized:
         out = C.marked(g.binary("mul", out, g.scalar(n_fft ** -0.5, d), d))
     return out if r == 2 else C.marked(g.squeeze(out, [0]))
+
+
+# torch.export's decomposition: the three primitive FFT ops, with ``normalization`` an int
+# (0: none, 1: 1/sqrt(n), 2: 1/n over the transformed sizes)
+def _normalise(g, z: Tensor, total, normalization: int) -> Tensor:
+    if normalization not in (0, 1, 2):
+        raise g.error(f"normalization: unknown mode {normalization}")
+    if normalization == 0:
+        return z
+    f = C.size_scalar(g, total, z.dtype, -0.5 if normalization == 1 else -1.0)
+    out = g.binary("mul", z, f, z.dtype)
+    return C.marked(out) if z.complex else out
+
+
+@complex_variant("_fft_r2c")
+def _fft_r2c(g, self, dim, normalization, onesided):
+    d = _parts_dtype(g, self)
+    z = _as_complex(g, self, d)
+    axes, _ = _plan(g, C.rank(z), None, dim)
+    total = 1
+    for a in axes:
+        z = C.fft(g, z, a, False)
+        total = total * z.shape[a]
+    if onesided:
+        z = C.marked(g.slice(z, axes[-1], 0, C.floor_size(z.shape[axes[-1]], 2, 1)))
+    return _normalise(g, z, total, normalization)
+
+
+@complex_variant("_fft_c2c")
+def _fft_c2c(g, self, dim, normalization, forward):
+    z = _as_complex(g, self, _parts_dtype(g, self))
+    axes, _ = _plan(g, C.rank(z), None, dim)
+    total = 1
+    for a in axes:
+        z = C.fft(g, z, a, not forward)
+        total = total * z.shape[a]
+    return _normalise(g, z, total, normalization)
+
+
+@complex_variant("_fft_c2r")
+def _fft_c2r(g, self, dim, normalization, last_dim_size):
+    d = _parts_dtype(g, self)
+    z = _as_complex(g, self, d)
+    axes, _ = _plan(g, C.rank(z), None, dim)
+    total = 1
+    for a in axes[:-1]:
+        z = C.fft(g, z, a, True)
+        total = total * z.shape[a]
+    if not isinstance(last_dim_size, int):
+        raise g.error("last_dim_size: the output length of irfft/hfft must be static")
+    x = _c2r(g, z, axes[-1], last_dim_size, d)
+    return _normalise(g, x, total * last_dim_size, normalization)

@@ -199,10 +199,11 @@ class FxWalker:
         if name in _IGNORED:
             return None
         if name in ("sym_size", "size") and isinstance(args[0], Tensor):
-            return args[0].shape[args[1] % args[0].rank]
+            shape = args[0].torch_shape
+            return shape[args[1] % max(len(shape), 1)]
         if name == "sym_numel" and isinstance(args[0], Tensor):
             n = 1
-            for d in args[0].shape:
+            for d in args[0].torch_shape:
                 n = n * d
             return n
         values = _schema_args(schema, args, kwargs)

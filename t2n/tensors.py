@@ -37,6 +37,11 @@ class Tensor:
         return len(self.shape)
 
     @property
+    def torch_shape(self) -> tuple:
+        """PyTorch's shape of the value (a complex tensor's without its pair axis)."""
+        return self.shape[:-1] if self.complex else self.shape
+
+    @property
     def is_const(self) -> bool:
         return self.value is not None
 

@@ -254,17 +254,17 @@ class Walker:
         if name in ("Int", "Float", "Bool", "ScalarImplicit", "IntImplicit", "FloatImplicit"):
             return [self._to_python(name, inputs[0])]
         if name in ("size", "sym_size") and isinstance(inputs[0], Tensor):
-            x = inputs[0]
+            shape = inputs[0].torch_shape
             if len(inputs) == 1:
-                return [list(x.shape)]
-            return [x.shape[inputs[1] % x.rank]]
+                return [list(shape)]
+            return [shape[inputs[1] % max(len(shape), 1)]]
         if name == "numel" and isinstance(inputs[0], Tensor):
             n = 1
-            for d in inputs[0].shape:
+            for d in inputs[0].torch_shape:
                 n = n * d
             return [n]
         if name in ("dim",) and isinstance(inputs[0], Tensor):
-            return [inputs[0].rank]
+            return [len(inputs[0].torch_shape)]
         if name in ("__getitem__",) and isinstance(inputs[0], (list, tuple)):
             return [inputs[0][inputs[1]]]
         if name == "len" and isinstance(inputs[0], (list, tuple)):

@@ -215,3 +215,33 @@ def test_complex_op_without_lowering_is_refused():
     with pytest.raises(t2n.UnsupportedOperatorsError, match="complex"):
         t2n.export(Fn(lambda x: R(torch.sigmoid(_z(x)))), (torch.randn(3, 4),),
                    "/tmp/never.nnef")
+
+
+def test_complex_sizes_are_pytorchs():
+    """``size``/``numel``/``dim`` of a complex tensor read PyTorch's shape, not the real
+    form's (whose pair axis is last)."""
+    def f(x):
+        z = torch.fft.rfft(x)
+        return x[..., :z.size(-1)] * z.dim() + z.numel() + z.shape[0]
+
+    assert_exports(Fn(f), (torch.randn(3, 10),), input_names=["x"],
+                   dynamic_axes={"x": {1: "T"}}, more_args=[(torch.randn(3, 15),)])
+
+
+@pytest.mark.parametrize("capture", ["trace", "export"])
+def test_complex_through_both_captures(capture):
+    torch.manual_seed(0)
+
+    def f(x):
+        z = torch.fft.rfft(x, dim=1)
+        z = z * torch.polar(torch.ones_like(z.real), z.real * 0.1)
+        return torch.fft.irfft(z.conj(), n=x.shape[1], dim=1), R(z[:, :3].transpose(0, 1))
+
+    assert_exports(Fn(f), (torch.randn(2, 12, 3),), atol=1e-4, capture=capture)
+
+
+@pytest.mark.parametrize("name", sorted(k for k in FFT if "_n5_" not in k))
+def test_complex_fft_export_capture(name):
+    """torch.export decomposes the FFTs into _fft_r2c/_fft_c2c/_fft_c2r."""
+    torch.manual_seed(0)
+    assert_exports(Fn(FFT[name]), (torch.randn(2, 5, 8),), atol=1e-4, capture="export")
