@@ -17,16 +17,11 @@ from t2n.registry import complex_variant
 from t2n.tensors import Tensor
 
 
-def _unmarked(g, z: Tensor) -> Tensor:
-    """The real form of ``z`` as a plain float tensor (a new handle: the marker is per
-    handle)."""
-    return g.op("copy", z) if z.literal is None and not z.is_const else \
-        Tensor(z.name, z.shape, z.dtype, value=z.value, literal=z.literal)
-
-
 @complex_variant("view_as_real")
 def view_as_real(g, self):
-    return _unmarked(g, self)
+    """The real form itself, as a plain float tensor (a new handle: the marker is per
+    handle, and a constant's handle is its weight's)."""
+    return g.op("copy", self)
 
 
 @complex_variant("view_as_complex")
