@@ -293,3 +293,52 @@ def _fft_c2r(g, self, dim, normalization, last_dim_size):
         raise g.error("last_dim_size: the output length of irfft/hfft must be static")
     x = _c2r(g, z, axes[-1], last_dim_size, d)
     return _normalise(g, x, total * last_dim_size, normalization)
+
+
+@complex_variant("istft")
+def istft(g, self, n_fft, hop_length=None, win_length=None, window=None, center=True,
+          normalized=False, onesided=None, length=None, return_complex=False):
+    """``torch.istft`` to a real signal, as PyTorch computes it: each frame the inverse
+    real FFT of its (first ``n_fft // 2 + 1``) bins, times the window; frames overlap-added
+    (``overlap_add``) and divided by the overlap-added squared window, trimmed by
+    ``n_fft // 2`` at each end when ``center``, to ``length`` when given."""
+    if return_complex:
+        raise g.error("return_complex=True is not supported (a complex output)")
+    if not self.complex or C.rank(self) not in (2, 3):
+        raise g.error("self: a 2-D or 3-D complex spectrogram is required")
+    d = _parts_dtype(g, self)
+    z = C.complex_arg(g, self, d)
+    if C.rank(z) == 2:
+        z = C.marked(g.unsqueeze(z, [0]))
+    hop = hop_length if hop_length is not None else n_fft // 4
+    win = win_length if win_length is not None else n_fft
+    if not (0 < win <= n_fft and 0 < hop <= win):
+        raise g.error(f"n_fft={n_fft}, hop_length={hop}, win_length={win} are invalid")
+    if window is not None and (window.complex or not window.is_const):
+        raise g.error("window: a constant real window is required")
+    left = (n_fft - win) // 2
+    full = torch.zeros(n_fft, dtype=d)
+    full[left:left + win] = 1.0 if window is None else window.value.to(d)
+    if normalized:
+        z = C.marked(g.binary("mul", z, g.scalar(n_fft ** 0.5, d), d))
+    z = C.marked(g.transpose(z, [0, 2, 1, 3]))  # [B, T, F, 2]
+    frames = _c2r(g, z, 2, n_fft, d)  # [B, T, n_fft]: bins past n_fft // 2 are dropped
+    frames = g.binary("mul", frames, g.const(full / n_fft), d)
+    b, t = frames.shape[0], frames.shape[1]
+    y = C.overlap_add(g, frames, hop)
+    env = C.overlap_add(g, g.broadcast_to(g.const(full * full), [1, t, n_fft]), hop)
+    expected = n_fft + hop * (t - 1)
+    start = n_fft // 2 if center else 0
+    if length is not None:
+        if not isinstance(t, int):
+            raise g.error("length: with a dynamic frame count, leave length at None")
+        end = start + length
+    else:
+        end = expected - n_fft // 2 if center else expected
+    keep = end if not isinstance(end, int) or not isinstance(expected, int) \
+        else min(end, expected)
+    y = g.binary("div", g.slice(y, 1, start, keep), g.slice(env, 1, start, keep), d)
+    if isinstance(end, int) and isinstance(expected, int) and end > expected:
+        y = g.op("pad", y, padding=[(0, 0), (0, end - expected)], border="constant",
+                 value=0.0, out_shape=[b, end - start], out_dtype=d)
+    return y if C.rank(self) == 3 else g.squeeze(y, [0])

@@ -245,3 +245,54 @@ def test_complex_fft_export_capture(name):
     """torch.export decomposes the FFTs into _fft_r2c/_fft_c2c/_fft_c2r."""
     torch.manual_seed(0)
     assert_exports(Fn(FFT[name]), (torch.randn(2, 5, 8),), atol=1e-4, capture="export")
+
+
+ISTFT = {
+    "hann_hop4": dict(n_fft=16, hop_length=4, window="hann"),
+    "hann_hop5_gcd": dict(n_fft=16, hop_length=6, window="hann"),
+    "odd_nfft": dict(n_fft=15, hop_length=5, window="hann"),
+    "short_window_normalized": dict(n_fft=16, hop_length=3, win_length=10, window="hann10",
+                                    normalized=True),
+    "no_center_no_window": dict(n_fft=12, hop_length=3, window=None, center=False),
+    "length_longer": dict(n_fft=16, hop_length=4, window="hann", length=100),
+    "length_shorter": dict(n_fft=16, hop_length=4, window="hann", length=50),
+    "two_sided": dict(n_fft=8, hop_length=2, window="hann8", onesided=False),
+}
+
+
+def _istft_case(name, dtype):
+    kw = dict(ISTFT[name])
+    w = kw.pop("window")
+    if w is None:
+        return kw, None
+    size = {"hann": kw["n_fft"], "hann10": 10, "hann8": 8}[w]
+    return kw, torch.hann_window(size, dtype=dtype)
+
+
+@DTYPES
+@pytest.mark.parametrize("batch", [False, True], ids=["1d", "2d"])
+@pytest.mark.parametrize("name", sorted(ISTFT))
+def test_complex_istft(name, batch, dtype):
+    torch.manual_seed(0)
+    kw, window = _istft_case(name, dtype)
+    stft_kw = {k: v for k, v in kw.items() if k != "length"}
+    x = torch.randn(2, 80, dtype=dtype) if batch else torch.randn(80, dtype=dtype)
+
+    def f(x):
+        spec = torch.stft(x, window=window, return_complex=True, **stft_kw)
+        return torch.istft(spec * 1.5, window=window, **kw)
+
+    assert_exports(Fn(f), (x,), atol=1e-4)
+
+
+def test_complex_istft_dynamic_length():
+    torch.manual_seed(0)
+    w = torch.hann_window(16)
+
+    def f(x):
+        spec = torch.stft(x, 16, hop_length=6, window=w, return_complex=True)
+        return torch.istft(spec, 16, hop_length=6, window=w)
+
+    assert_exports(Fn(f), (torch.randn(2, 90),), atol=1e-4, input_names=["x"],
+                   dynamic_axes={"x": {1: "T"}},
+                   more_args=[(torch.randn(2, 61),), (torch.randn(2, 150),)])

@@ -11,6 +11,7 @@ normalisations.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -169,4 +170,30 @@ def stft(g, z: Tensor, n_fft: int, hop: int, window: torch.Tensor) -> Tensor:
 
 __all__ = ["marked", "rank", "axis", "part_dtype", "parts", "real_part", "make",
            "complex_arg", "real_mapping", "on_real_form", "size_scalar", "scale_by", "fft", "fit_length",
-           "floor_size", "stft"]
+           "floor_size", "stft", "overlap_add"]
+
+
+def overlap_add(g, frames: Tensor, hop: int) -> Tensor:
+    """``[B, T, n]`` real frames added at offsets ``t * hop``: ``[B, n + hop * (T - 1)]``
+    (the inverse of framing; ``T`` may be symbolic). With ``q = gcd(n, hop)`` a frame is
+    ``n / q`` blocks of ``q`` samples and frames start every ``hop / q`` blocks: block ``j``
+    of every frame is spread out by ``hop / q`` (zeros between), shifted by ``j`` blocks and
+    summed, ``n / q`` products whatever ``T``."""
+    b, t, n = frames.shape
+    q = math.gcd(n, hop)
+    a, h = n // q, hop // q
+    blocks = g.reshape(frames, [b, t, a, q])
+    total = t * h + a - h  # output length in blocks
+    out = None
+    for j in range(a):
+        x = g.squeeze(g.slice(blocks, 2, j, j + 1), [2])  # [B, T, q]
+        if h > 1:
+            zeros = g.broadcast_to(g.scalar(0.0, x.dtype), [b, t, h - 1, q])
+            x = g.reshape(g.concat([g.unsqueeze(x, [2]), zeros], 2), [b, t * h, q])
+        back = a - h - j
+        x = g.op("pad", x, padding=[(0, 0), (j, max(back, 0)), (0, 0)], border="constant",
+                 value=0.0, out_shape=[b, t * h + j + max(back, 0), q], out_dtype=x.dtype)
+        if back < 0:
+            x = g.slice(x, 1, 0, total)
+        out = x if out is None else g.binary("add", out, x, x.dtype)
+    return g.reshape(out, [b, total * q])
