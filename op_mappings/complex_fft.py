@@ -56,7 +56,7 @@ def _as_complex(g, x: Tensor, d: torch.dtype) -> Tensor:
     return C.complex_arg(g, x, d)
 
 
-def _plan(g, rank: int, s, dim, default_all: bool = True):
+def _plan(g, rank: int, s, dim):
     """(axes, lengths or None) with PyTorch's defaults: dims from ``s`` (its last len(s)
     axes) or all axes; a length of -1 in ``s`` means the input's."""
     s = [s] if isinstance(s, int) else (None if s is None else list(s))
