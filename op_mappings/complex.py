@@ -54,7 +54,7 @@ def imag(g, self):
     return C.parts(g, self)[1]
 
 
-@complex_variant("conj", "_conj", "conj_physical")
+@complex_variant("conj", "_conj", "conj_physical", "_conj_physical")
 def conj(g, self):
     """Conjugation, done at once (``resolve_conj`` is then the identity)."""
     if not self.complex:  # conj of a real tensor is the tensor

@@ -7,13 +7,14 @@ nothing in the archive grows with the length) on the (re, im) real form of
 * ``fft``/``ifft``/``fftn``/``ifftn`` (and ``2``): each input axis trimmed or zero padded to
   ``n``/``s``, a real input given a zero imaginary part;
 * ``rfft``/``rfftn``: the full transform of the real input, the last axis cut to its
-  ``n // 2 + 1`` non-negative frequencies; ``ihfft`` is its conjugate with the inverse scale;
+  ``n // 2 + 1`` non-negative frequencies; ``ihfft``/``ihfftn`` are its conjugate with the
+  inverse scale;
 * ``irfft``/``irfftn``: the other axes by the inverse complex transform, then the last: the
   half spectrum trimmed or padded to ``n // 2 + 1`` bins, weighted 1 for the DC (and even
   ``n``'s Nyquist) bin and 2 for the others (each stands for its Hermitian mirror), zero
   padded to ``n``, inverse-transformed, real part. That is PyTorch's c2r step, which also
-  ignores the imaginary parts of the DC and Nyquist bins; ``hfft`` is ``irfft`` of the
-  conjugate with the forward scale;
+  ignores the imaginary parts of the DC and Nyquist bins; ``hfft``/``hfftn`` are ``irfft``/
+  ``irfftn`` of the conjugate with the forward scale;
 * ``stft(return_complex=True)``: ``tract_core_stft`` (frames, window, DFT; the frame count
   stays symbolic for a dynamic length), bins on axis -2 as PyTorch lays them out, cut to the
   one-sided half for a real signal.
@@ -148,6 +149,15 @@ def fft_ihfft(g, self, n=None, dim=-1, norm=None):
     return _conj(g, z)
 
 
+@complex_variant("fft_ihfft2", "fft_ihfftn")
+def fft_ihfftn(g, self, s=None, dim=None, norm=None):
+    """``conj(rfftn(x))`` with the inverse's scale (PyTorch's inverse c2c of the conjugate
+    over the other axes is the conjugate of the forward one)."""
+    if g.node.op.endswith("2") and dim is None:
+        dim = [-2, -1]
+    return _conj(g, _rfftn(g, self, s, dim, _SWAP[_norm(g, norm)], False))
+
+
 def _c2r(g, z: Tensor, ax: int, n: int | None, d) -> Tensor:
     """The real signal of length ``n`` whose one-sided spectrum is ``z`` along ``ax``
     (unnormalised, PyTorch's c2r)."""
@@ -203,6 +213,15 @@ def fft_irfftn(g, self, s=None, dim=None, norm=None):
 @complex_variant("fft_hfft")
 def fft_hfft(g, self, n=None, dim=-1, norm=None):
     return _irfftn(g, self, None if n is None else [n], [dim], _SWAP[_norm(g, norm)], True)
+
+
+@complex_variant("fft_hfft2", "fft_hfftn")
+def fft_hfftn(g, self, s=None, dim=None, norm=None):
+    """``irfftn`` of the conjugate with the forward scale (PyTorch's forward c2c over the
+    other axes then conjugate is the inverse c2c of the conjugate)."""
+    if g.node.op.endswith("2") and dim is None:
+        dim = [-2, -1]
+    return _irfftn(g, self, s, dim, _SWAP[_norm(g, norm)], True)
 
 
 @complex_variant("stft")

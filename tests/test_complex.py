@@ -114,6 +114,13 @@ def _fft_cases():
         cases[f"rfft2_s_{norm}"] = lambda x, norm=norm: R(torch.fft.rfft2(x, s=(6, 7), norm=norm))
         cases[f"irfftn_{norm}"] = lambda x, norm=norm: torch.fft.irfftn(
             torch.fft.rfftn(x) * 1j, norm=norm)
+        cases[f"hfftn_{norm}"] = lambda x, norm=norm: torch.fft.hfftn(
+            _z(x), s=(4, 3, 6), norm=norm)
+        cases[f"hfft2_{norm}"] = lambda x, norm=norm: torch.fft.hfft2(_z(x) * 1j, norm=norm)
+        cases[f"ihfftn_{norm}"] = lambda x, norm=norm: R(
+            torch.fft.ihfftn(x, dim=(0, 2), norm=norm).resolve_conj())
+        cases[f"ihfft2_s_{norm}"] = lambda x, norm=norm: R(
+            torch.fft.ihfft2(x, s=(3, 9), norm=norm).resolve_conj())
         cases[f"irfft2_s_{norm}"] = lambda x, norm=norm: torch.fft.irfft2(
             torch.fft.fft2(x), s=(4, 9), norm=norm)
     return cases
