@@ -15,7 +15,7 @@ from .builder import Graph, safe_identifier
 from .capture import capture, load_torchscript
 from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
 from .eager import torch_outputs
-from .errors import CheckFailedError, TractError, UsageError
+from .errors import CheckFailedError, ConversionError, TractError, UsageError
 from .fresh_inputs import FreshInputs
 from .staging import check_destination, staged
 from .targets import get_target
@@ -232,8 +232,11 @@ def _build(model, binding, output_names, dynamic_axes, options,
     inputs = []
     for i, (name, a) in enumerate(zip(in_names, args)):
         if not dtypes.supported(g.computed(a.dtype)):
+            hint = ("pass torch.view_as_real(...) and call torch.view_as_complex inside the "
+                    "model" if a.dtype.is_complex else
+                    "convert it to float32 or float16 before export")
             raise UsageError(f"input {name} has dtype {a.dtype}, which tract cannot take "
-                             "(convert it to float32 or float16 before export)")
+                             f"({hint})")
         shape = list(a.shape)
         for axis, sym in symbols.get(i, {}).items():
             shape[axis] = _sym(sym)
@@ -262,6 +265,9 @@ def _build(model, binding, output_names, dynamic_axes, options,
     out_names = _names(output_names, len(outs), "output", "output")
     handles = []
     for t, name in zip(outs, out_names):
+        if isinstance(t, torch.Tensor) and t.is_complex() or getattr(t, "complex", False):
+            raise ConversionError("output", f"output {name} is complex: tract has no complex "
+                                  "dtype; return its .real/.imag or torch.view_as_real(...)")
         if isinstance(t, torch.Tensor):
             t = g.variable(t, f"{name}.const")
         g.reserve_name(name)

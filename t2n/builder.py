@@ -31,7 +31,7 @@ from .nnef_text import IDENT_RE, dim_expr_text, format_dim, format_float  # noqa
 from .nnef_text import _literal_array, _SymDim, format_value, safe_identifier  # noqa: F401
 from .nnef_text import sanitize
 from .tensors import DATA_DEPENDENT_PREFIX, Dim, Op, Tensor, Unavailable, Variable  # noqa: F401
-from .tensors import _python_dtype, _result_type, broadcast_shapes  # noqa: F401
+from .tensors import _python_dtype, _result_type, broadcast_shapes, marked_complex  # noqa: F401
 
 # element-wise ops whose tract kernels take numbers only, in the form tract has for bools
 _BOOL_FORMS = {"max": "or", "min": "and", "mul": "and", "add": "or"}
@@ -135,6 +135,8 @@ class Graph:
     def variable(self, data: torch.Tensor, label: str | None = None) -> Tensor:
         """A weight stored in its own .dat file; the same storage is written once."""
         data = data.detach()
+        if data.is_complex() and dtypes.complex_part(data.dtype):  # (re, im) pairs, marked
+            return marked_complex(self.variable(torch.view_as_real(data.resolve_conj()).clone()))
         key = (data.data_ptr(), data.dtype, tuple(data.shape), tuple(data.stride()),
                data.storage_offset()) if data.numel() else None
         if key is not None and key in self._var_cache:

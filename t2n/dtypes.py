@@ -2,7 +2,9 @@
 
 tract has no bf16 and no complex; bf16 values are held in f32 (rounded to bf16 as PyTorch
 rounds them, t2n/bf16_values.py, or computed in the export's ``dtype=``,
-t2n/compute_dtype.py).
+t2n/compute_dtype.py). A complex tensor inside the graph is a float tensor of its parts with
+a trailing (re, im) axis (tract's own convention for ``tract_core_fft``/``tract_core_stft``):
+``complex_part`` names that float dtype; complex model inputs and outputs are refused.
 Bools are written 1-bit packed in .dat files (the only layout both tract and the Khronos
 reader accept).
 """
@@ -44,6 +46,21 @@ _FROM_NAME.update({"float32": torch.float32, "float": torch.float32, "float16": 
                    "uint8": torch.uint8, "bool": torch.bool})
 _FROM_NAME.update({f"uint{v[0][1:]}": k for k, v in _TABLE.items()
                    if k not in QUANTIZED and v[0][0] == "u"})
+
+
+# complex dtype -> the float dtype of its (re, im) parts inside the graph (no complex32: tract's
+# FFT has no f16 kernel)
+COMPLEX_PARTS = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
+def complex_part(dtype: torch.dtype) -> torch.dtype | None:
+    """The float dtype holding the parts of complex ``dtype`` (None: not lowered)."""
+    return COMPLEX_PARTS.get(dtype)
+
+
+def complex_of(part: torch.dtype) -> torch.dtype:
+    """The complex dtype whose parts are ``part`` (torch's promotion of a real to complex)."""
+    return {torch.float64: torch.complex128}.get(part, torch.complex64)
 
 
 def supported(dtype: torch.dtype) -> bool:

@@ -199,19 +199,25 @@ class FxWalker:
         if name in _IGNORED:
             return None
         if name in ("sym_size", "size") and isinstance(args[0], Tensor):
-            return args[0].shape[args[1] % args[0].rank]
+            shape = args[0].torch_shape
+            return shape[args[1] % max(len(shape), 1)]
         if name == "sym_numel" and isinstance(args[0], Tensor):
             n = 1
-            for d in args[0].shape:
+            for d in args[0].torch_shape:
                 n = n * d
             return n
         values = _schema_args(schema, args, kwargs)
         if self._foldable(name, values):
             return self._fold(target, name, args, kwargs)
+        vals = _as_tuple(node.meta.get("val"))
+        if registry.touches_complex(values, [v.dtype for v in vals
+                                             if isinstance(v, torch.Tensor)]):
+            fn = registry.lookup_complex(name)
+            if fn is None:
+                raise _Unsupported("no lowering of this op for complex tensors")
         if fn is None:
             raise _Unsupported("no mapping for this aten op")
         resolved = [self._resolve(arg, v) for arg, v in zip(schema.arguments, values)]
-        vals = _as_tuple(node.meta.get("val"))
         self.g.node = NodeContext(
             op=schema.name,
             out_dtypes=[self.g.computed(v.dtype) if isinstance(v, torch.Tensor) else None

@@ -61,6 +61,53 @@ def lookup_quantized(name: str) -> Callable | None:
     return _QUANTIZED.get(name) or (_QUANTIZED.get(name[:-1]) if is_inplace(name) else None)
 
 
+# Mappings of aten ops on complex tensors (op_mappings/complex*.py): a node that takes or
+# returns a complex tensor is converted by its entry here, never by the real mapping (which
+# would read the trailing (re, im) axis as data); with no entry it is refused.
+_COMPLEX: dict[str, Callable] = {}
+
+
+def complex_variant(*names: str):
+    """Register the mapping an aten op takes when a tensor it takes or returns is complex.
+    Such a mapping derives its shapes itself (``own_shapes``): PyTorch's shape functions
+    know the complex shapes, not their real (re, im) form."""
+
+    def register(fn: Callable) -> Callable:
+        own_shapes(fn)
+        for name in names:
+            _COMPLEX[name] = fn
+        return fn
+
+    return register
+
+
+def touches_complex(inputs, out_dtypes) -> bool:
+    """Whether a node takes a complex tensor handle or PyTorch gave it a complex output."""
+    def flat(v):
+        if isinstance(v, (list, tuple)):
+            for x in v:
+                yield from flat(x)
+        else:
+            yield v
+
+    def is_complex(x):
+        if getattr(x, "complex", None) is True:  # a builder handle
+            return True
+        probe = getattr(x, "is_complex", None)  # a folded torch tensor
+        return isinstance(x, complex) or (callable(probe) and probe() is True)
+
+    return any(is_complex(x) for x in flat(list(inputs))) or \
+        any(d is not None and d.is_complex for d in out_dtypes)
+
+
+def lookup_complex(name: str) -> Callable | None:
+    _load()
+    fn = _COMPLEX.get(name) or _COMPLEX.get(TORCH_ALIASES.get(name, ""))
+    if fn is None and is_inplace(name):
+        return None  # in-place writes into complex tensors are not lowered
+    return fn
+
+
 def _load() -> None:
     # Importing the mapping package registers every family. Loaded by name: the families
     # import this module (for ``@aten``), the registry never imports them.

@@ -13,21 +13,33 @@ Dim = Any  # int or sympy.Expr
 
 
 class Tensor:
-    """A value of the NNEF graph: what a mapping function receives for a tensor argument."""
+    """A value of the NNEF graph: what a mapping function receives for a tensor argument.
 
-    __slots__ = ("name", "shape", "dtype", "value", "literal")
+    A complex tensor (``complex=True``) is held as tract holds one: its real and imaginary
+    parts on a trailing axis of size 2, ``shape`` being that real form (PyTorch's shape + 2)
+    and ``dtype`` the parts' float dtype (``dtypes.complex_part``). Only the mappings of the
+    complex table (``registry.complex_variant``) receive such tensors."""
+
+    __slots__ = ("name", "shape", "dtype", "value", "literal", "complex")
 
     def __init__(self, name: str, shape: Sequence[Dim], dtype: torch.dtype,
-                 value: torch.Tensor | None = None, literal: str | None = None):
+                 value: torch.Tensor | None = None, literal: str | None = None,
+                 complex: bool = False):
         self.name = name
         self.shape = tuple(shape)
         self.dtype = dtype
         self.value = value  # known constant data (weights, folded constants), else None
         self.literal = literal  # inline NNEF text for small constants, else None
+        self.complex = complex  # (re, im) on a trailing axis of 2
 
     @property
     def rank(self) -> int:
         return len(self.shape)
+
+    @property
+    def torch_shape(self) -> tuple:
+        """PyTorch's shape of the value (a complex tensor's without its pair axis)."""
+        return self.shape[:-1] if self.complex else self.shape
 
     @property
     def is_const(self) -> bool:
@@ -40,7 +52,15 @@ class Tensor:
         return None
 
     def __repr__(self) -> str:
-        return f"Tensor({self.name}, {list(self.shape)}, {self.dtype})"
+        kind = f"complex {self.dtype}" if self.complex else str(self.dtype)
+        return f"Tensor({self.name}, {list(self.shape)}, {kind})"
+
+
+def marked_complex(t: Tensor) -> Tensor:
+    """``t``, a fresh float handle of shape [..., 2], marked as the complex tensor whose
+    (re, im) pairs it holds."""
+    t.complex = True
+    return t
 
 
 class Unavailable:

@@ -254,17 +254,17 @@ class Walker:
         if name in ("Int", "Float", "Bool", "ScalarImplicit", "IntImplicit", "FloatImplicit"):
             return [self._to_python(name, inputs[0])]
         if name in ("size", "sym_size") and isinstance(inputs[0], Tensor):
-            x = inputs[0]
+            shape = inputs[0].torch_shape
             if len(inputs) == 1:
-                return [list(x.shape)]
-            return [x.shape[inputs[1] % x.rank]]
+                return [list(shape)]
+            return [shape[inputs[1] % max(len(shape), 1)]]
         if name == "numel" and isinstance(inputs[0], Tensor):
             n = 1
-            for d in inputs[0].shape:
+            for d in inputs[0].torch_shape:
                 n = n * d
             return [n]
         if name in ("dim",) and isinstance(inputs[0], Tensor):
-            return [inputs[0].rank]
+            return [len(inputs[0].torch_shape)]
         if name in ("__getitem__",) and isinstance(inputs[0], (list, tuple)):
             return [inputs[0][inputs[1]]]
         if name == "len" and isinstance(inputs[0], (list, tuple)):
@@ -285,6 +285,10 @@ class Walker:
         fn = registry.lookup(name)
         if any(isinstance(x, Tensor) and x.dtype in dtypes.QUANTIZED for x in _flat(inputs)):
             fn = registry.lookup_quantized(name) or fn
+        if registry.touches_complex(inputs, [_ts_dtype(o) for o in outs]):
+            fn = registry.lookup_complex(name)
+            if fn is None:
+                raise _Unsupported("no lowering of this op for complex tensors")
         if fn is None:
             raise _Unsupported("no mapping for this aten op")
         schema = self._schema(node)
@@ -458,6 +462,8 @@ class Walker:
         target = args[0]
         if not isinstance(target, Tensor):
             raise _Unsupported("in-place op on a non-tensor")
+        if target.complex:
+            raise _Unsupported("in-place writes into complex tensors are not supported")
         if name[:-1] in VIEW_OPS:  # t_, transpose_, unsqueeze_: same data, new layout
             result = fn(self.g, *args)
             self._register_view(node, name[:-1], args)
@@ -469,6 +475,9 @@ class Walker:
         view = self.views.get(target_v)
         if view is not None:
             base = self._tensor_arg(self._get(view.base), None)  # a folded base: a constant
+            if base.complex:
+                raise _Unsupported("in-place writes into views of complex tensors are not "
+                                   "supported")
             new_base = self._write_back(base, view.chain, result)
             self.env[view.base] = new_base
             self.version[view.base] = self.version.get(view.base, 0) + 1
@@ -505,8 +514,20 @@ def conform(g: Graph, op: str, r: Tensor, dtype, sizes) -> Tensor:
     """A mapping's result with the dtype (``None``: as it is) and sizes PyTorch recorded for
     the node, shared by both captures: symbolic sizes replace the mapping's where PyTorch's
     shape functions named a dynamic axis; a rank that differs is a bug in the mapping."""
+    if dtype is not None and dtype.is_complex:
+        if not r.complex or r.dtype != dtypes.complex_part(dtype):
+            raise ConversionError(op, f"internal: mapping produced {r!r} where PyTorch has a "
+                                  f"{dtype} tensor")
+        return _conform_shape(op, r, None if sizes is None else list(sizes) + [2])
+    if r.complex:
+        raise ConversionError(op, f"internal: mapping produced {r!r} where PyTorch has a "
+                              f"{dtype} tensor")
     if dtype is not None and r.dtype != dtype:
         r = g.cast(r, dtype)
+    return _conform_shape(op, r, sizes)
+
+
+def _conform_shape(op: str, r: Tensor, sizes) -> Tensor:
     if sizes is not None:
         if len(sizes) != r.rank:
             raise ConversionError(op, f"internal: mapping produced rank {r.rank} where PyTorch "

@@ -283,9 +283,3 @@ def test_stft_real_output(name, batch, dtype):
     torch.manual_seed(0)
     x = torch.randn(3, 90, dtype=dtype) if batch else torch.randn(90, dtype=dtype)
     assert_exports(Fn(STFT[name]), (x, torch.hann_window(16, dtype=dtype)))
-
-
-def test_stft_complex_output_is_refused():
-    with pytest.raises(t2n.UnsupportedOperatorsError, match="return_complex"):
-        t2n.export(Fn(lambda x: torch.view_as_real(torch.stft(x, 8, return_complex=True))),
-                   (torch.randn(40),), "/tmp/never.nnef")

@@ -22,6 +22,8 @@ the builder, the registry's types and other helpers (no cycles). A helper takes 
   int8 x int8 -> int32 in ``tract_core_qconv``), for dynamic linear and recurrent layers;
 - :mod:`.special_expr`, :mod:`.gamma`: the expression layer of the special functions and the
   gamma-family kernels;
+- :mod:`.complex`: complex tensors' (re, im) real form (parts, construction, running a real
+  layout mapping on it), tract's FFT/STFT with PyTorch's normalisations, overlap-add;
 - :mod:`.small_matrix`, :mod:`.factorizations`, :mod:`.spectral`, :mod:`.norms`: the
   unrolled small-matrix kernels (LU, Householder QR, Jacobi eigen/SVD) and the norms built
   on them, shared by the linear-algebra families and ``statistics``.
