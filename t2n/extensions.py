@@ -70,6 +70,7 @@ def _reported(name: str, fn: Callable) -> Callable:
                                   f"failed: {type(e).__name__}: {text[0] if text else ''}") \
                 from e
 
+    call.t2n_user_mapping = True  # the walkers give it ScalarTypes as torch dtypes
     return call
 
 

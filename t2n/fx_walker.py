@@ -198,8 +198,6 @@ class FxWalker:
         # aten ops by their name, ops of other libraries (torch_nn::...) by their qualified name
         name = schema.name.split("::", 1)[1] if target.namespace == "aten" else schema.name
         fn = registry.lookup(name)
-        if target.namespace != "aten" and fn is None:
-            raise _Unsupported(unmapped_library_op(schema.name))
         if name in _IGNORED:
             return None
         if name in ("sym_size", "size") and isinstance(args[0], Tensor):
@@ -213,7 +211,8 @@ class FxWalker:
         if self._foldable(name, values):
             return self._fold(target, name, args, kwargs)
         if fn is None:
-            raise _Unsupported("no mapping for this aten op")
+            raise _Unsupported("no mapping for this aten op" if target.namespace == "aten"
+                               else unmapped_library_op(schema.name))
         resolved = [self._resolve(arg, v) for arg, v in zip(schema.arguments, values)]
         vals = _as_tuple(node.meta.get("val"))
         self.g.node = NodeContext(

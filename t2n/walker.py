@@ -157,7 +157,8 @@ class Walker:
                 results = self._aten(node, name, inputs, where)
             elif ns == "quantized":  # torch.ao int8 kernels (op_mappings/quantized.py)
                 results = self._aten(node, kind, inputs, where)
-            elif registry.lookup(kind) is not None:  # a user's mapping (t2n.extensions)
+            elif registry.lookup(kind) is not None or self._foldable(kind, inputs):
+                # a user's mapping (t2n.extensions), or constant inputs: folded with torch
                 _check_functional(self._schema(node))
                 results = self._aten(node, kind, inputs, where)
             else:
@@ -304,7 +305,8 @@ class Walker:
                 self.g.warnings.append(f"{op}: PyTorch has no symbolic shape "
                                        "function for it; t2n's own shape is used (traced "
                                        "sizes for the axes it leaves static)")
-        args = self._resolve_args(schema, node, inputs)
+        args = self._resolve_args(schema, node, inputs,
+                                  getattr(fn, "t2n_user_mapping", False))
         self.g.node = NodeContext(op=op,
                                   out_dtypes=[self.g.computed(_ts_dtype(o)) for o in outs],
                                   out_shapes=shapes, where=where,
@@ -400,11 +402,14 @@ class Walker:
             self._schemas[text] = s
         return s
 
-    def _resolve_args(self, schema, node, inputs: list) -> list:
-        """Constants in tensor positions become handles (weights as labelled variables)."""
+    def _resolve_args(self, schema, node, inputs: list, dtypes_as_dtypes=False) -> list:
+        """Constants in tensor positions become handles (weights as labelled variables).
+        A user's mapping (``dtypes_as_dtypes``) gets a ScalarType as a torch.dtype, as on
+        the export path; t2n's own read the traced code (quantized dtypes have no dtype)."""
         args = []
         for arg, value, ts_value in zip(schema.arguments, inputs, node.inputs()):
-            tname = str(arg.type).replace("Optional[", "").replace("]", "")
+            tname = str(arg.real_type if dtypes_as_dtypes else arg.type)
+            tname = tname.replace("Optional[", "").replace("]", "")
             is_list = tname.startswith("List[")
             tname = tname.replace("List[", "")
             if tname == "ScalarType" and isinstance(value, int) and not isinstance(value, bool):

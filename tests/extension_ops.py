@@ -54,3 +54,30 @@ class MutatingNet(torch.nn.Module):
 def make_model():
     torch.manual_seed(0)
     return CustomOpNet(), (torch.randn(3, 8),)
+
+
+class Pt2eStyleConv(torch.nn.Module):
+    """What pt2e's convert step makes of a conv + relu: an int8 per-channel weight
+    dequantized in the graph, the activations quantized to uint8 and back around it."""
+
+    def __init__(self):
+        super().__init__()
+        import torch.ao.quantization.fx._decomposed  # noqa: F401  (declares the ops)
+
+        torch.manual_seed(0)
+        w = torch.randn(4, 3, 3, 3)
+        self.register_buffer("scales", w.abs().amax((1, 2, 3)) / 127)
+        self.register_buffer("zero_points", torch.zeros(4, dtype=torch.int64))
+        self.register_buffer("w_int8", torch.round(w / self.scales[:, None, None, None])
+                             .to(torch.int8))
+        self.bias = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        ops = torch.ops.quantized_decomposed
+        w = ops.dequantize_per_channel(self.w_int8, self.scales, self.zero_points, 0, -128,
+                                       127, torch.int8)
+        q = ops.quantize_per_tensor(x, 0.03, 128, 0, 255, torch.uint8)
+        x = ops.dequantize_per_tensor(q, 0.03, 128, 0, 255, torch.uint8)
+        y = torch.relu(torch.nn.functional.conv2d(x, w, self.bias, padding=1))
+        q = ops.quantize_per_tensor(y, 0.02, 0, 0, 255, torch.uint8)
+        return ops.dequantize_per_tensor(q, 0.02, 0, 0, 255, torch.uint8)

@@ -35,6 +35,7 @@ def user_mappings(monkeypatch):
     monkeypatch.delitem(sys.modules, MAPPINGS, raising=False)
     yield
     sys.modules.pop(MAPPINGS, None)
+    sys.modules.pop("pt2e_mappings", None)
 
 
 def _load_mappings():
@@ -93,6 +94,19 @@ def test_a_failing_user_mapping_is_reported_as_its_own(tmp_path):
     text = str(e.value)
     assert "t2n_test::scaled_tanh" in text and "<locals>.broken failed: AttributeError" in text and \
         "AttributeError" in text, text
+
+
+@pytest.mark.parametrize("capture", ["trace", "export"])
+def test_pt2e_style_program_exports_with_user_mappings(capture):
+    """An exported program (it refuses train()/eval(), as torchao's pt2e output does) whose
+    quantize/dequantize ops come from tests/pt2e_mappings.py: the ScalarType arguments
+    arrive as torch dtypes with both captures, and the per-channel dequantization of the
+    constant weight, which has no mapping, is folded."""
+    importlib.import_module("pt2e_mappings")
+    x = torch.randn(2, 3, 8, 8)
+    program = torch.export.export(extension_ops.Pt2eStyleConv(), (x,)).module()
+    hist = assert_exports(program, (x,), capture=capture).op_histogram
+    assert hist.get("tract_core_round_even") == 2 and hist.get("conv") == 1, (capture, hist)
 
 
 def test_constant_takes_numpy_torch_and_python_values():
