@@ -181,6 +181,9 @@ def test_cli_export_with_extension(tmp_path, monkeypatch):
     assert missing.exit_code == 2
     assert "extension no_such_t2n_extension failed to import: ModuleNotFoundError" in \
         missing.output
+    llm = CliRunner().invoke(cli, ["llm", "some.model:build", "-o", str(tmp_path / "lm.tgz"),
+                                   "--extension", "no_such_t2n_extension"])
+    assert llm.exit_code == 2 and "extension no_such_t2n_extension" in llm.output, llm.output
 
 
 def test_manifest_extensions(tmp_path):
