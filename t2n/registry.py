@@ -147,7 +147,9 @@ def lookup(name: str) -> Callable | None:
 
 
 def is_inplace(name: str) -> bool:
-    return name.endswith("_") and not name.endswith("__")
+    """An aten in-place variant (``add_``); an op of another library (``mylib::op_``) is
+    what its schema says, never in-place by its name."""
+    return "::" not in name and name.endswith("_") and not name.endswith("__")
 
 
 def supported_ops() -> list[str]:

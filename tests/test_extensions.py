@@ -159,6 +159,14 @@ def test_override_rules_for_user_mappings():
             t2n.mapping(bad)
 
 
+def test_a_library_op_ending_in_underscore_is_not_in_place():
+    """``mylib::op_`` is its own op (the name says nothing about writes, the schema does):
+    it neither falls back to ``mylib::op``'s mapping nor writes into its first argument."""
+    t2n.mapping("t2n_test::scaled_tanh")(lambda g, x, scale: x)
+    assert registry.lookup("t2n_test::scaled_tanh_") is None
+    assert not registry.is_inplace("t2n_test::scaled_tanh_") and registry.is_inplace("add_")
+
+
 def test_a_new_aten_mapping_needs_no_override():
     """An aten op t2n has no mapping for is the user's to add (here a made-up name)."""
     t2n.mapping("aten::t2n_test_only")(lambda g, x: x)
