@@ -10,9 +10,13 @@ DEMO_OUT ?= out/resnet18.nnef.tar
 
 all: test
 
-$(STAMP): pyproject.toml constraints.txt
+# tools/torchvision_schemas.py: a start-up hook in the venv (never in t2n) that lets
+# `import torchvision` (timm, transformers) work when the torchvision wheel does not match
+# torch; it does nothing for a matching pair.
+$(STAMP): pyproject.toml constraints.txt tools/torchvision_schemas.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -c constraints.txt -e '.[test,bench]'
+	$(PY) tools/torchvision_schemas.py install
 	@touch $(STAMP)
 
 install: $(STAMP)

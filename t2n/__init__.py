@@ -28,6 +28,7 @@ _LAZY = {
     "CheckFailedError": ("t2n.errors", "CheckFailedError"),
     "TractError": ("t2n.errors", "TractError"),
     "supported_ops": ("t2n.registry", "supported_ops"),
+    "mapping": ("t2n.extensions", "mapping"),
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import compute_dtype, constant_outputs, dtypes, model_io, passes, weight_formats
+from . import compute_dtype, constant_outputs, dtypes, extensions, model_io, passes, weight_formats
 from . import streaming as _stream
 from .builder import Graph, safe_identifier
 from .capture import capture, load_torchscript
@@ -206,6 +206,7 @@ def _build(model, binding, output_names, dynamic_axes, options,
            stream_spec=None, target: str = "tract", capture_with: str = "trace",
            bf16_as=None) -> _Built:
     """capture -> walk -> passes: the graph the writer serialises."""
+    extensions.load_entry_points()  # installed packages' mappings, on the first export
     args = binding.tensors
     in_names = _names(binding.names, len(args), "input", "input")
     symbols = _symbols_for(dynamic_axes, in_names, args) if dynamic_axes else {}

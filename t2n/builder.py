@@ -174,14 +174,13 @@ class Graph:
         return out
 
     def const(self, value, dtype: torch.dtype | None = None, label: str | None = None) -> Tensor:
-        """A constant tensor: inline literal when small, else a .dat variable.
-
-        Typed: an int constant is really i64 (or its own int type), never tract's TDim.
-        """
+        """A constant (torch tensor, numpy array, Python number or list): an inline literal
+        when small, else a .dat variable. Typed: an int constant is really i64 (or its own int
+        type), never tract's TDim. Public as ``g.constant`` (docs/extensions.md)."""
         if isinstance(value, Tensor):
             return self.cast(value, dtype) if dtype is not None else value
-        if isinstance(value, torch.Tensor):
-            t = value.detach()
+        if isinstance(value, (torch.Tensor, np.ndarray, np.generic)):
+            t = value.detach() if isinstance(value, torch.Tensor) else torch.tensor(value)
             if dtype is not None and t.dtype != dtype:
                 t = t.to(dtype)
         else:
@@ -195,6 +194,8 @@ class Graph:
             if lit is not None:
                 return Tensor(lit, t.shape, t.dtype, value=t, literal=lit)
         return self.variable(t.contiguous() if t.numel() <= 1 << 16 else t, label)
+
+    constant = const  # the name of the public builder surface (user mappings)
 
     def _literal_text(self, t: torch.Tensor) -> str | None:
         a = t.numpy()

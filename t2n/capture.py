@@ -17,6 +17,7 @@ import torch
 
 from .autograd_inline import inline_autograd_functions
 from .errors import ModelLoadError, T2NError, TraceError
+from .model_mode import eval_mode
 from .script_types import complete_types
 from .stopwatch import timed
 
@@ -97,13 +98,11 @@ def capture(model, args, binding=None) -> Captured:
     if binding is None:
         binding = model_io.bind(model, args, None)
     args = binding.tensors
-    was_training = getattr(model, "training", None)
     collected: list[str] = []
     adapter = None
     script_names = None
-    try:
-        if isinstance(model, torch.nn.Module) and not isinstance(model, torch.jit.ScriptModule):
-            model.train(False)
+    # a ScriptModule is traced in the mode it has
+    with eval_mode(None if isinstance(model, torch.jit.ScriptModule) else model):
         with torch.no_grad(), _quiet_trace(collected), _mha_fastpath_off(), \
                 inline_autograd_functions():
             try:
@@ -127,10 +126,6 @@ def capture(model, args, binding=None) -> Captured:
                             "must be tensors, or tuples, lists or dicts of tensors)"]
                 raise TraceError("the model failed while being traced on the example inputs: "
                                  f"{type(e).__name__}: {text[0] if text else ''}") from e
-    finally:
-        if was_training is not None and isinstance(model, torch.nn.Module) \
-                and not isinstance(model, torch.jit.ScriptModule):
-            model.train(was_training)
     if isinstance(traced, torch.jit.ScriptModule):
         graph = traced.inlined_graph if hasattr(traced, "inlined_graph") else traced.graph
         root = traced

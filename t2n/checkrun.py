@@ -264,8 +264,10 @@ def _convert(e: dict) -> dict:
     from . import specs
     from .api import export
     from .errors import UsageError
+    from .extensions import load_modules
     from .jsonreport import result_dict
 
+    load_modules(e.get("extensions", []))
     module, example = specs.load_model(e["model"], trust_pickle=e["trust_pickle"])
     inputs = e["inputs"]
     names = None

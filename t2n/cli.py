@@ -186,11 +186,15 @@ def cli(debug: bool):
               type=click.Choice(["trace", "export"]),
               help="Front end: torch.jit.trace, or torch.export (data-dependent control "
                    "flow is an error instead of being frozen).")
+@click.option("--extension", "extension_modules", multiple=True, metavar="MODULE",
+              help="Import MODULE first: its @t2n.mapping functions convert ops t2n has no "
+                   "mapping for, e.g. torch.library custom ops (repeatable; "
+                   "docs/extensions.md).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def export_cmd(model, output, inputs, check, keep_failed, no_load_check, dynamic, stream, pulse,
                output_names, int_range, constant_outputs, seed, rtol, atol, trust_pickle,
-               compact, weights, compute, target, capture, quiet, as_json):
+               compact, weights, compute, target, capture, extension_modules, quiet, as_json):
     """Export MODEL to an NNEF archive that tract runs.
 
     MODEL is a TorchScript file saved with torch.jit.save, or package.module:callable
@@ -221,6 +225,7 @@ def export_cmd(model, output, inputs, check, keep_failed, no_load_check, dynamic
     if rtol < 0 or atol < 0:
         raise UsageError("--rtol and --atol must be >= 0")
     _check_output_path(output, keep_failed)
+    _load_extensions(extension_modules)
     if spec_list:
         args = specs.make_inputs(spec_list, seed=seed, int_range=lo_hi, per_input=per_input)
         input_names = names
@@ -258,6 +263,14 @@ def _check_output_path(output: str, keep_failed: str | None = None) -> None:
     from .staging import check_destination
 
     check_destination(output, keep_failed)
+
+
+def _load_extensions(modules) -> None:
+    """Import the ``--extension`` modules (their ``t2n.mapping`` registrations)."""
+    if modules:
+        from .extensions import load_modules
+
+        load_modules(modules)
 
 
 def run_export(module, args, output, *, quiet=False, as_json=False, **kwargs):
@@ -363,10 +376,14 @@ def inspect_cmd(archive, assignments, no_macs, as_json):
 @click.option("--all-logits", "all_logits", is_flag=True,
               help="Return the logits of every position [1, S, V] (for scoring a text); "
                    "by default only the last position's [1, 1, V], all decoding reads.")
+@click.option("--extension", "extension_modules", multiple=True, metavar="MODULE",
+              help="Import MODULE first: its @t2n.mapping functions convert ops t2n has no "
+                   "mapping for, e.g. torch.library custom ops (repeatable; "
+                   "docs/extensions.md).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, all_logits, quiet,
-            as_json):
+def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, all_logits,
+            extension_modules, quiet, as_json):
     """Export a causal language model to ONE archive for prefill and decoding.
 
     MODEL is a directory written by transformers' save_pretrained (config and weights; read
@@ -383,6 +400,7 @@ def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, all_
     from . import llm
 
     _check_output_path(output, keep_failed)
+    _load_extensions(extension_modules)
     ids = None
     if prompt is not None:
         try:

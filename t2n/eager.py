@@ -7,21 +7,15 @@ import numpy as np
 import torch
 
 from . import model_io
+from .model_mode import eval_mode
 
 
 def torch_outputs(model, args, input_names=None) -> list[np.ndarray]:
     """Eager PyTorch outputs, flattened as the export flattens them (``model_io``), without
     changing the model's mode for good."""
     binding = model_io.bind(model, args, input_names)
-    was_training = getattr(model, "training", None)
-    try:
-        if isinstance(model, torch.nn.Module):
-            model.train(False)
-        with torch.no_grad():
-            out = binding.call(model)
-    finally:
-        if was_training is not None:
-            model.train(was_training)
+    with eval_mode(model), torch.no_grad():
+        out = binding.call(model)
     flat = []
     for t in model_io.flatten(out)[1]:
         t = t.detach()

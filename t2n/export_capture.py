@@ -17,6 +17,7 @@ import torch
 
 from . import model_io, registry
 from .errors import TraceError, UsageError
+from .model_mode import eval_mode
 from .stopwatch import timed
 
 
@@ -113,32 +114,27 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
     if not isinstance(model, torch.nn.Module) or isinstance(model, torch.jit.ScriptModule):
         raise UsageError("capture='export' takes an nn.Module (a TorchScript file can only be "
                          "exported with capture='trace')")
-    was_training = model.training
-    try:
-        model.train(False)
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                flat = _Flat(model, binding)
-                ep = torch.export.export(
-                    flat, tuple(binding.tensors),
-                    dynamic_shapes=_dynamic_shapes(len(binding.tensors), symbols)
-                    if symbols else None)
-            except Exception as e:  # torch.export's own diagnosis, as one clear line
-                raise _export_error(e, symbols, input_names, binding.tensors) from e
-            frozen, ranges = _frozen_axes(ep, symbols, input_names)
-            if frozen:
-                raise UsageError("the model fixes dynamic axes to their example size (torch."
-                                 "export guards on them): " + ", ".join(frozen) + "; export "
-                                 "them static, or change the code that needs the fixed size")
-            # one re-trace: functionalise, and decompose the ops t2n does not map (the
-            # decompositions apply recursively, to the unmapped ops they emit too). Each
-            # run_decompositions re-traces the whole program: most of an export's time.
-            table = _decompositions_of_unmapped()
-            if _needs_lowering(ep, table):
-                ep = ep.run_decompositions(table)
-    finally:
-        model.train(was_training)
+    with eval_mode(model), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            flat = _Flat(model, binding)
+            ep = torch.export.export(
+                flat, tuple(binding.tensors),
+                dynamic_shapes=_dynamic_shapes(len(binding.tensors), symbols)
+                if symbols else None)
+        except Exception as e:  # torch.export's own diagnosis, as one clear line
+            raise _export_error(e, symbols, input_names, binding.tensors) from e
+        frozen, ranges = _frozen_axes(ep, symbols, input_names)
+        if frozen:
+            raise UsageError("the model fixes dynamic axes to their example size (torch."
+                             "export guards on them): " + ", ".join(frozen) + "; export "
+                             "them static, or change the code that needs the fixed size")
+        # one re-trace: functionalise, and decompose the ops t2n does not map (the
+        # decompositions apply recursively, to the unmapped ops they emit too). Each
+        # run_decompositions re-traces the whole program: most of an export's time.
+        table = _decompositions_of_unmapped()
+        if _needs_lowering(ep, table):
+            ep = ep.run_decompositions(table)
     ep.t2n_ranges = ranges  # the sizes the model is valid for, said in the report
     ep.t2n_output_names = flat.names()
     return ep

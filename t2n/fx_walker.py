@@ -29,7 +29,7 @@ from .errors import ConversionError, UnsupportedOperatorsError
 from .export_capture import PREFIX
 from .stopwatch import timed
 from .walker import (POISON, _NON_DETERMINISTIC, _T2N_DIR, _TORCH_DIR, _Unsupported, _flat,
-                     _is_number, _is_symbolic, _pruned_label, conform)
+                     _is_number, _is_symbolic, _pruned_label, conform, unmapped_library_op)
 
 # Python-level functions export records for size arithmetic
 _PY_FUNCS = {
@@ -178,6 +178,10 @@ class FxWalker:
                 result = self._aten(node, target, args, kwargs, where)
             elif target is torch.ops.higher_order.cond:
                 result = self._cond(node, *args)
+            elif getattr(target, "__name__", "").startswith("auto_functionalized"):
+                # export's wrapper of an op that writes into its arguments (mutates_args)
+                raise ConversionError(_op_name(args[0]), "the op writes into its arguments "
+                                      "(mutates_args); mapped ops must be functional")
             else:
                 raise _Unsupported(f"{getattr(target, '__name__', target)} is not an aten op")
         except ConversionError as e:
@@ -194,8 +198,6 @@ class FxWalker:
         # aten ops by their name, ops of other libraries (torch_nn::...) by their qualified name
         name = schema.name.split("::", 1)[1] if target.namespace == "aten" else schema.name
         fn = registry.lookup(name)
-        if target.namespace != "aten" and fn is None:
-            raise _Unsupported(f"operators outside aten ({target.namespace}) are not supported")
         if name in _IGNORED:
             return None
         if name in ("sym_size", "size") and isinstance(args[0], Tensor):
@@ -216,7 +218,8 @@ class FxWalker:
             if fn is None:
                 raise _Unsupported("no lowering of this op for complex tensors")
         if fn is None:
-            raise _Unsupported("no mapping for this aten op")
+            raise _Unsupported("no mapping for this aten op" if target.namespace == "aten"
+                               else unmapped_library_op(schema.name))
         resolved = [self._resolve(arg, v) for arg, v in zip(schema.arguments, values)]
         self.g.node = NodeContext(
             op=schema.name,

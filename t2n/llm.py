@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .errors import CheckFailedError, ModelLoadError, T2NError, TractError, UsageError
+from .model_mode import eval_mode
 from .staging import check_destination, staged
 
 DEFAULT_NEW_TOKENS = 16
@@ -233,17 +234,13 @@ def cache_layout(model) -> list[CacheLayer]:
     if config is None or getattr(config, "is_encoder_decoder", False):
         raise UsageError("t2n llm exports decoder-only causal language models "
                          f"({type(model).__name__} is not one)")
-    was_training = model.training
     try:
-        model.train(False)
-        with torch.no_grad():
+        with eval_mode(model), torch.no_grad():
             out = model(input_ids=torch.zeros(1, 1, dtype=torch.long), use_cache=True,
                         return_dict=True)
     except Exception as e:
         raise UsageError(f"{type(model).__name__} failed on one token with use_cache=True: "
                          f"{type(e).__name__}: {str(e).strip().splitlines()[0]}") from None
-    finally:
-        model.train(was_training)
     cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
     if cache is None or not hasattr(cache, "layers") or getattr(out, "logits", None) is None:
         raise UsageError(f"{type(model).__name__} returned no logits or no key/value cache "
@@ -452,14 +449,12 @@ def reference_tokens(model, prompt: list[int], n: int) -> list[int]:
     """transformers' greedy ``generate``: ``n`` new tokens, no stop token, no processors."""
     transformers = _transformers()
     ids = torch.tensor([prompt], dtype=torch.long)
-    was_training = model.training
     # generate() fills what a given config leaves unset from model.generation_config (its
     # stop tokens, repetition penalty, ...): swap in a plain one for the call
     saved = getattr(model, "generation_config", None)
     try:
-        model.train(False)
         model.generation_config = transformers.GenerationConfig()
-        with torch.no_grad():
+        with eval_mode(model), torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                  do_sample=False, num_beams=1, max_new_tokens=n,
                                  eos_token_id=None, pad_token_id=0)
@@ -470,7 +465,6 @@ def reference_tokens(model, prompt: list[int], n: int) -> list[int]:
                          f"{type(e).__name__}: {str(e).strip().splitlines()[0]}") from None
     finally:
         model.generation_config = saved
-        model.train(was_training)
     if out.shape[1] != len(prompt) + n:
         raise UsageError(f"transformers' generate stopped after {out.shape[1] - len(prompt)} "
                          f"of {n} tokens")

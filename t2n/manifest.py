@@ -1,6 +1,8 @@
 """The ``t2n check`` manifest: a TOML file listing the models a CI job must convert.
 
     pythonpath = [".."]          # optional: folders (relative to this file) made importable
+    extensions = ["mylib.t2n_ext"]  # optional: modules of user mappings (t2n.mapping),
+                                 # imported before every model (a model may add its own)
 
     [[model]]
     name = "resnet18"                        # required, unique
@@ -36,10 +38,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - python 3.10
     import tomli as tomllib
 
-_TOP_KEYS = {"model", "pythonpath"}
+_TOP_KEYS = {"model", "pythonpath", "extensions"}
 _MODEL_KEYS = {"name", "model", "inputs", "dynamic", "rtol", "atol", "seed", "int_range",
                "output_names", "timeout", "trust_pickle", "stream", "pulse",
-               "constant_outputs"}
+               "constant_outputs", "extensions"}
 
 
 @dataclass
@@ -59,6 +61,7 @@ class ModelEntry:
     stream: str | None = None  # streaming symbol (t2n.streaming), checked pulse by pulse
     pulse: int | None = None
     constant_outputs: list[str] = field(default_factory=list)  # outputs meant to be constant
+    extensions: list[str] = field(default_factory=list)  # modules of t2n.mapping functions
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -78,7 +81,8 @@ def load_manifest(path: str) -> list[ModelEntry]:
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise UsageError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))} "
-                         "(expected [[model]] tables and pythonpath)")
+                         "(expected [[model]] tables, pythonpath and extensions)")
+    extensions = _module_list(data.get("extensions", []), f"{path}: extensions")
     pythonpath = data.get("pythonpath", [])
     if not isinstance(pythonpath, list) or not all(isinstance(p, str) for p in pythonpath):
         raise UsageError(f"{path}: pythonpath must be a list of folders")
@@ -87,6 +91,8 @@ def load_manifest(path: str) -> list[ModelEntry]:
     if not isinstance(models, list) or not models:
         raise UsageError(f"{path}: no [[model]] tables")
     entries = [_entry(m, i, base, pythonpath, path) for i, m in enumerate(models)]
+    for e in entries:
+        e.extensions = extensions + [x for x in e.extensions if x not in extensions]
     names = [e.name for e in entries]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -178,4 +184,15 @@ def _entry(m: dict, i: int, base: str, pythonpath: list[str], path: str) -> Mode
     return ModelEntry(name=m["name"], model=model, inputs=inputs, dynamic=dynamic,
                       seed=seed, int_range=int_range, output_names=out_names,
                       trust_pickle=trust, pythonpath=pythonpath, stream=stream, pulse=pulse,
-                      constant_outputs=constant, **nums)
+                      constant_outputs=constant,
+                      extensions=_module_list(m.get("extensions", []), f"{where}: extensions"),
+                      **nums)
+
+
+def _module_list(value, where: str) -> list[str]:
+    """A list of importable module names (``extensions``)."""
+    if not isinstance(value, list) or not all(
+            isinstance(v, str) and v and all(p.isidentifier() for p in v.split("."))
+            for v in value):
+        raise UsageError(f"{where} must be a list of module names (package.module)")
+    return list(value)

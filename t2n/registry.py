@@ -1,7 +1,9 @@
 """The table of mapping functions, keyed by aten op name (ops of other libraries, met by the
 export capture, by their qualified name: ``torch_nn::...``).
 
-A mapping is registered with ``@aten("name", "alias", ...)`` and called as
+Built-in mappings are registered with ``@aten("name", "alias", ...)``, a user's with
+``t2n.mapping("namespace::op")`` (:mod:`t2n.extensions`, kept apart in ``_USER`` and looked up
+first, so an explicit override of a built-in aten mapping wins). A mapping is called as
 ``fn(g, *args)`` with the node's arguments in schema order, already resolved (tensor handles
 for tensors, Python values for everything static). In-place variants (``add_``) need no entry:
 the walker runs the functional mapping and writes the result back into the mutated tensor
@@ -14,6 +16,8 @@ import importlib
 from typing import Callable
 
 _MAPPINGS: dict[str, Callable] = {}
+# users' mappings (t2n.extensions), by the same keys: aten ops bare, others qualified
+_USER: dict[str, Callable] = {}
 
 
 def aten(*names: str):
@@ -141,10 +145,42 @@ TORCH_ALIASES = {
 
 
 def _named(name: str) -> Callable | None:
-    fn = _MAPPINGS.get(name)
+    fn = _USER.get(name) or _MAPPINGS.get(name)
     if fn is None and name in TORCH_ALIASES:
-        fn = _MAPPINGS.get(TORCH_ALIASES[name])
+        fn = _USER.get(TORCH_ALIASES[name]) or _MAPPINGS.get(TORCH_ALIASES[name])
     return fn
+
+
+def register_user(qualified: str, fn: Callable, override: bool) -> None:
+    """Register a user's mapping for ``qualified`` (``mylib::op``, ``aten::gelu``).
+
+    Replacing a mapping (t2n's own or another user's) takes ``override=True``; registering
+    the same function again (its module imported twice) is no replacement."""
+    from .errors import UsageError
+
+    _load()
+    key = qualified.removeprefix("aten::")
+    old = _USER.get(key) or _MAPPINGS.get(key)
+    if old is not None and _same(old, fn):
+        _USER[key] = fn
+        return
+    if old is not None and not override:
+        whose = "t2n's built-in" if key not in _USER else f"{_origin(old)}'s"
+        raise UsageError(f"{qualified} already has {whose} mapping; replacing it must be "
+                         f"explicit: t2n.mapping({qualified!r}, override=True)")
+    if old is None and override:
+        raise UsageError(f"{qualified}: override=True, but there is no mapping of "
+                         f"{qualified} to override (check the op's name)")
+    _USER[key] = fn
+
+
+def _origin(fn: Callable) -> str:
+    fn = getattr(fn, "__wrapped__", fn)
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def _same(a: Callable, b: Callable) -> bool:
+    return _origin(a) == _origin(b)
 
 
 def lookup(name: str) -> Callable | None:
@@ -158,7 +194,9 @@ def lookup(name: str) -> Callable | None:
 
 
 def is_inplace(name: str) -> bool:
-    return name.endswith("_") and not name.endswith("__")
+    """An aten in-place variant (``add_``); an op of another library (``mylib::op_``) is
+    what its schema says, never in-place by its name."""
+    return "::" not in name and name.endswith("_") and not name.endswith("__")
 
 
 def supported_ops() -> list[str]:

@@ -157,8 +157,12 @@ class Walker:
                 results = self._aten(node, name, inputs, where)
             elif ns == "quantized":  # torch.ao int8 kernels (op_mappings/quantized.py)
                 results = self._aten(node, kind, inputs, where)
+            elif registry.lookup(kind) is not None or self._foldable(kind, inputs):
+                # a user's mapping (t2n.extensions), or constant inputs: folded with torch
+                _check_functional(self._schema(node))
+                results = self._aten(node, kind, inputs, where)
             else:
-                raise ConversionError(kind, "operators outside aten are not supported")
+                raise ConversionError(kind, unmapped_library_op(kind))
         except ConversionError as e:
             self._record(kind if not e.op or e.op in ("?", name) else e.op, e.message, where)
             results = [POISON] * len(outs)
@@ -293,19 +297,21 @@ class Walker:
             raise _Unsupported("no mapping for this aten op")
         schema = self._schema(node)
         shapes = [_ts_sizes(o) for o in outs]
+        op = name if "::" in name else f"aten::{name}"  # quantized::, a user's mylib::
         if self.symbolic is not None and _has_symbols(inputs) \
                 and not getattr(fn, "t2n_own_shapes", False):
             # the trace's sizes are those of the example: ask PyTorch's shape functions
-            sym = self.symbolic.out_shapes(schema, inputs, f"aten::{name}")
+            sym = self.symbolic.out_shapes(schema, inputs, op)
             if sym is not None and len(sym) == len(shapes):
                 shapes = [s if s is not None else t for s, t in zip(sym, shapes)]
-            elif sym is None and f"aten::{name}" not in self.symbolic.unknown:
-                self.symbolic.unknown.add(f"aten::{name}")
-                self.g.warnings.append(f"aten::{name}: PyTorch has no symbolic shape "
+            elif sym is None and op not in self.symbolic.unknown:
+                self.symbolic.unknown.add(op)
+                self.g.warnings.append(f"{op}: PyTorch has no symbolic shape "
                                        "function for it; t2n's own shape is used (traced "
                                        "sizes for the axes it leaves static)")
-        args = self._resolve_args(schema, node, inputs)
-        self.g.node = NodeContext(op=f"aten::{name}",
+        args = self._resolve_args(schema, node, inputs,
+                                  getattr(fn, "t2n_user_mapping", False))
+        self.g.node = NodeContext(op=op,
                                   out_dtypes=[self.g.computed(_ts_dtype(o)) for o in outs],
                                   torch_out_dtypes=[_ts_dtype(o) for o in outs],
                                   out_shapes=shapes, where=where,
@@ -373,7 +379,8 @@ class Walker:
                 kwargs[arg.name] = value
             else:
                 args.append(value)
-        op = getattr(torch.ops.aten, schema.name.split("::", 1)[1])
+        namespace, op_name = schema.name.split("::", 1)
+        op = getattr(getattr(torch.ops, namespace), op_name)
         if schema.overload_name:
             op = getattr(op, schema.overload_name)
         with torch.no_grad():
@@ -400,11 +407,14 @@ class Walker:
             self._schemas[text] = s
         return s
 
-    def _resolve_args(self, schema, node, inputs: list) -> list:
-        """Constants in tensor positions become handles (weights as labelled variables)."""
+    def _resolve_args(self, schema, node, inputs: list, dtypes_as_dtypes=False) -> list:
+        """Constants in tensor positions become handles (weights as labelled variables).
+        A user's mapping (``dtypes_as_dtypes``) gets a ScalarType as a torch.dtype, as on
+        the export path; t2n's own read the traced code (quantized dtypes have no dtype)."""
         args = []
         for arg, value, ts_value in zip(schema.arguments, inputs, node.inputs()):
-            tname = str(arg.type).replace("Optional[", "").replace("]", "")
+            tname = str(arg.real_type if dtypes_as_dtypes else arg.type)
+            tname = tname.replace("Optional[", "").replace("]", "")
             is_list = tname.startswith("List[")
             tname = tname.replace("List[", "")
             if tname == "ScalarType" and isinstance(value, int) and not isinstance(value, bool):
@@ -443,7 +453,8 @@ class Walker:
         one, or with dynamic axes the symbolic one PyTorch's shape functions computed."""
         if not isinstance(r, Tensor):
             return r
-        return conform(self.g, f"aten::{name}", r, self.g.computed(_ts_dtype(ts_out)), sizes)
+        return conform(self.g, name if "::" in name else f"aten::{name}", r,
+                       self.g.computed(_ts_dtype(ts_out)), sizes)
 
     # ------------------------------------------------------------------ views and in-place
     def _register_view(self, node, name: str, args: list) -> None:
@@ -508,6 +519,23 @@ class Walker:
 _FROZEN_SIZES_HINT = ("hint: where the model computes sizes in Python from x.shape, "
                       "capture='export' (--capture export) records that arithmetic with the "
                       "dynamic axes; the trace keeps the example's numbers")
+
+
+def unmapped_library_op(op: str) -> str:
+    """The refusal of an op of another library (a torch.library custom op) without a
+    mapping, shared by both captures: what to do about it."""
+    return (f"no mapping for this operator of the {op.split('::')[0]!r} library; register "
+            f"one with @t2n.mapping({op!r}) (docs/extensions.md)")
+
+
+def _check_functional(schema) -> None:
+    """A user's op that writes into an argument (``mutates_args``) is refused: its mapping
+    returns values, and the write would be lost."""
+    written = [a.name for a in schema.arguments
+               if a.alias_info is not None and a.alias_info.is_write]
+    if written:
+        raise _Unsupported(f"the op writes into its argument(s) {', '.join(written)} "
+                           "(mutates_args); mapped ops must be functional")
 
 
 def conform(g: Graph, op: str, r: Tensor, dtype, sizes) -> Tensor:

@@ -135,3 +135,60 @@ def test_failed_export_leaves_the_model_as_it_was(tmp_path):
         t2n.export(net, (torch.randn(2, 3),), tmp_path / "m.tgz")
     _assert_same(before, net)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("capture", ["trace", "export"])
+def test_each_submodule_keeps_its_own_mode(tmp_path, capture):
+    """A model in eval mode with one submodule in train mode: exported in eval mode (the
+    check passes with dropout off), then every submodule has its own flag back (a plain
+    ``model.train(was_training)`` would have put the dropout in eval mode)."""
+    net = make_net().eval()
+    net.drop.train()
+    before = _snapshot(net)
+    t2n.export(net, (X,), tmp_path / "m.nnef.tgz", check=True, capture=capture)
+    _assert_same(before, net)
+    assert net.drop.training and not net.training
+
+
+def _exported_program_module():
+    """``torch.export.export(...).module()``, as torchao's pt2e quantization returns it: a
+    GraphModule whose train() and eval() raise NotImplementedError."""
+    gm = torch.export.export(make_net().eval(), (X,)).module()
+    with pytest.raises(NotImplementedError):
+        gm.eval()
+    return gm
+
+
+@pytest.mark.parametrize("capture", ["trace", "export"])
+def test_exported_program_module_is_exported_in_its_own_mode(tmp_path, capture):
+    gm = _exported_program_module()
+    before = _snapshot(gm)
+    t2n.export(gm, (X,), tmp_path / "m.nnef.tgz", check=True, capture=capture)
+    _assert_same(before, gm)
+    with pytest.raises(NotImplementedError):
+        gm.train()
+
+
+class _Wrapper(torch.nn.Module):
+    """A user's module around an exported program, with a dropout of its own."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.inner(x))
+
+
+@pytest.mark.parametrize("capture", ["trace", "export"])
+def test_module_around_an_exported_program_is_switched_around_it(tmp_path, capture):
+    """The parts that allow it go to eval mode (the dropout: the check passes), the exported
+    program keeps its mode, and every flag is restored."""
+    net = _Wrapper(_exported_program_module())  # in train mode
+    with pytest.raises(NotImplementedError):
+        net.eval()  # half-way: the wrapper's flag moved before the inner module refused
+    net.training = True
+    before = _snapshot(net)
+    t2n.export(net, (X,), tmp_path / "m.nnef.tgz", check=True, capture=capture)
+    _assert_same(before, net)
