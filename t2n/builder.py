@@ -24,9 +24,8 @@ import torch
 
 from . import dtypes, opmath
 from .errors import ConversionError
-# The handles (t2n.tensors) and the NNEF spelling of names, dims and values (t2n.nnef_text)
-# live in their own modules; their public names are re-exported here, where mappings,
-# passes and the writer have always imported them from.
+# The handles (t2n.tensors) and the NNEF spelling (t2n.nnef_text) live in their own modules,
+# re-exported here, where mappings, passes and the writer import them from.
 from .nnef_text import IDENT_RE, dim_expr_text, format_dim, format_float  # noqa: F401
 from .nnef_text import _literal_array, _SymDim, format_value, safe_identifier  # noqa: F401
 from .nnef_text import sanitize
@@ -174,9 +173,8 @@ class Graph:
         return out
 
     def const(self, value, dtype: torch.dtype | None = None, label: str | None = None) -> Tensor:
-        """A constant (torch tensor, numpy array, Python number or list): an inline literal
-        when small, else a .dat variable. Typed: an int constant is really i64 (or its own int
-        type), never tract's TDim. Public as ``g.constant`` (docs/extensions.md)."""
+        """A constant (tensor, array, number or list): a literal when small, else a .dat
+        variable; an int is really i64 (or its own int type), never tract's TDim."""
         if isinstance(value, Tensor):
             return self.cast(value, dtype) if dtype is not None else value
         if isinstance(value, (torch.Tensor, np.ndarray, np.generic)):
@@ -195,7 +193,7 @@ class Graph:
                 return Tensor(lit, t.shape, t.dtype, value=t, literal=lit)
         return self.variable(t.contiguous() if t.numel() <= 1 << 16 else t, label)
 
-    constant = const  # the name of the public builder surface (user mappings)
+    constant = const  # its name in the public builder surface (docs/extensions.md)
 
     def _literal_text(self, t: torch.Tensor) -> str | None:
         a = t.numpy()
