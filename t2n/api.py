@@ -172,9 +172,10 @@ def _symbol_minimums(dynamic_axes, symbols, args) -> dict:
 # keep_failed: a path the archive moves to when its check fails (t2n.staging)
 # verify_load: False skips the load that proves the engine takes the archive (t2n.load_check)
 # constant_outputs: names of outputs meant to depend on no input (t2n.constant_outputs)
-# int_range / seed: [lo, hi) of the integers and the seed of the check's fresh inputs
+# int_range / seed: [lo, hi) of the integers and the seed of the check's fresh inputs;
+# fresh_inputs=False: the check compares the example only (inputs whose exact values matter)
 _API_OPTIONS = frozenset({"progress", "quiet", "properties", "keep_failed", "verify_load",
-                          "constant_outputs", "int_range", "seed"})
+                          "constant_outputs", "int_range", "seed", "fresh_inputs"})
 _KNOWN_OPTIONS = _API_OPTIONS | passes.options()
 
 
@@ -452,7 +453,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
             from .weight_check import check_compressed, cost_lines
 
             done, cost = check_compressed(work, caller, g, args, out_names, rtol, atol,
-                                          fresh=FreshInputs.of_export(args, inputs, options), constant=constant)
+                                          fresh=_fresh(args, inputs, options), constant=constant)
             result.checks = done.checks
             result.extras["input_sets"] = [s.to_json() for s in done.sets]
             result.extras["weights_error"] = {c.name: {"max_abs_err": c.max_abs_err,
@@ -465,7 +466,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
                 done = check_archive_sets(
                     work, reference, fed, out_names, rtol=rtol, atol=atol, target=tgt.name,
                     input_names=binding.names, atol_for=quantization_steps(g, out_names, handles),
-                    fresh=FreshInputs.of_export(fed, inputs, options), constant=constant)
+                    fresh=_fresh(fed, inputs, options), constant=constant)
             except TractError as e:  # the check loads the archive: name the op it refuses
                 from .load_check import with_op_named
 
@@ -496,6 +497,12 @@ def quantization_steps(g, out_names, handles) -> dict[str, float]:
     such an output may differ by one step, which the check accepts."""
     steps = g.__dict__.get("quant_steps", {})
     return {n: steps[id(h)] * (1 + 1e-5) for n, h in zip(out_names, handles) if id(h) in steps}
+
+
+def _fresh(args, inputs, options) -> "FreshInputs | None":
+    """The check's fresh input sets, unless ``fresh_inputs=False``."""
+    return FreshInputs.of_export(args, inputs, options) \
+        if options.get("fresh_inputs", True) else None
 
 
 def check_archive(path: str, model, args, out_names: list[str], rtol: float = DEFAULT_RTOL,

@@ -112,7 +112,16 @@ def draw_like(a: torch.Tensor, shape, rng, int_range=None, moved=None) -> torch.
         values = _floats(example.double().numpy(), count, rng)
     else:
         values = _integers(example.numpy(), a.dtype, count, rng, int_range, moved or {})
-    return torch.from_numpy(values).to(a.dtype).reshape(shape)
+    return _laid_out_like(a, torch.from_numpy(values).to(a.dtype).reshape(shape))
+
+
+def _laid_out_like(a: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """``t`` in ``a``'s memory layout: PyTorch picks kernels by layout (a channels-last input
+    runs another interpolation kernel, with other rounding), so a fresh set keeps it."""
+    for fmt, rank in ((torch.channels_last, 4), (torch.channels_last_3d, 5)):
+        if a.dim() == rank and not a.is_contiguous() and a.is_contiguous(memory_format=fmt):
+            return t.contiguous(memory_format=fmt)
+    return t
 
 
 def _floats(example: np.ndarray, count: int, rng) -> np.ndarray:
@@ -127,7 +136,10 @@ def _floats(example: np.ndarray, count: int, rng) -> np.ndarray:
         # a mask, a bias of -inf/0, or values with NaN/Inf: the same values, reshuffled
         return rng.choice(example, count)
     s = np.sort(finite)
-    return np.interp(rng.random(count) * (s.size - 1), np.arange(s.size), s)
+    values = np.interp(rng.random(count) * (s.size - 1), np.arange(s.size), s)
+    if (finite == np.round(finite)).all():  # whole numbers held as floats (degrees, counts)
+        values = np.round(values)
+    return values
 
 
 def _integers(example: np.ndarray, dtype, count: int, rng, int_range, moved) -> np.ndarray:

@@ -61,6 +61,14 @@ def test_assert_exports_fails_on_the_fresh_inputs():
     assert "output_0: MISMATCH" in str(e.value) and "on input set fresh" in str(e.value)
 
 
+def test_fresh_inputs_false_compares_the_example_only(tmp_path):
+    """The opt-out for inputs whose exact values matter (a grid of special values, matrices
+    that must be positive definite): only the example is compared, and the report says so."""
+    r = t2n.export(cli_models.NumpyTanh(), (torch.randn(2, 4),), tmp_path / "m.tar",
+                   check=True, fresh_inputs=False, constant_outputs=["output_0"])
+    assert r.passed and [s["name"] for s in r.extras["input_sets"]] == ["example"]
+
+
 def test_constant_output_warns_on_export_and_fails_check_unless_declared(tmp_path):
     model, x = cli_models.WithTable(), (torch.randn(2, 4),)
     with pytest.warns(UserWarning, match=r"output\(s\) output_1 depend on no input"):

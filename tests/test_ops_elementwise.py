@@ -167,7 +167,9 @@ GROUPS = {
 
 @pytest.mark.parametrize("group", list(GROUPS))
 def test_elementwise(group):
-    assert_cases(GROUPS[group], ARGS)
+    # x ** 0 is ones whatever x: an output that depends on no input, declared so
+    constant = ["c14_int_0_out0"] if group == "pow" else []
+    assert_cases(GROUPS[group], ARGS, constant_outputs=constant)
 
 
 def test_nan_and_inf_propagate_like_torch():
