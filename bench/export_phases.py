@@ -23,14 +23,6 @@ import warnings
 from bench import archive_digests, common
 
 
-def _status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 class Phases:
     """CPU seconds spent in each wrapped function (nested phases counted in their own only)."""
 
@@ -77,7 +69,7 @@ def main(argv=None) -> int:
     model, args, kw = archive_digests.CASES[a.case]()
     if a.capture:
         kw["capture"] = a.capture
-    built_hwm, built_rss = _status("VmHWM"), _status("VmRSS")
+    built_hwm, built_rss = common.peak_rss(), common.rss()
     ph = Phases()
     ph.wrap(api, "capture", "capture (torch.jit.trace)")
     ph.wrap(export_capture, "capture_export", "capture (torch.export)")
@@ -109,7 +101,7 @@ def main(argv=None) -> int:
         if abs(s) >= 0.005:
             print(f"  {name:32s} {s:7.2f} s")
     mib = 1 << 20
-    print(f"peak RSS {_status('VmHWM') / mib:.0f} MiB (after building the model: RSS "
+    print(f"peak RSS {common.peak_rss() / mib:.0f} MiB (after building the model: RSS "
           f"{built_rss / mib:.0f} MiB, peak {built_hwm / mib:.0f} MiB; model's tensors "
           f"{common.model_bytes(model) / mib:.0f} MiB)")
     if prof:

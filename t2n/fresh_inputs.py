@@ -138,7 +138,11 @@ def _floats(example: np.ndarray, count: int, rng) -> np.ndarray:
     s = np.sort(finite)
     values = np.interp(rng.random(count) * (s.size - 1), np.arange(s.size), s)
     if (finite == np.round(finite)).all():  # whole numbers held as floats (degrees, counts)
-        values = np.round(values)
+        lo, hi = float(s[0]), float(s[-1])
+        if np.unique(finite).size < finite.size:
+            return np.round(values)
+        if hi - lo + 1 >= count:  # all distinct in the example (no ties): distinct again
+            return lo + rng.choice(int(hi - lo) + 1, count, replace=False).astype(np.float64)
     return values
 
 
