@@ -92,6 +92,13 @@ class _T2NGroup(click.Group):
         sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
 
+# one option, two commands (export, llm): modules of @t2n.mapping functions to import first
+_EXTENSION_OPTION = click.option(
+    "--extension", "extension_modules", multiple=True, metavar="MODULE",
+    help="Import MODULE first: its @t2n.mapping functions convert ops t2n has no mapping "
+         "for, e.g. torch.library custom ops (repeatable; docs/extensions.md).")
+
+
 @click.group(name="t2n", cls=_T2NGroup,
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")
@@ -186,10 +193,7 @@ def cli(debug: bool):
               type=click.Choice(["trace", "export"]),
               help="Front end: torch.jit.trace, or torch.export (data-dependent control "
                    "flow is an error instead of being frozen).")
-@click.option("--extension", "extension_modules", multiple=True, metavar="MODULE",
-              help="Import MODULE first: its @t2n.mapping functions convert ops t2n has no "
-                   "mapping for, e.g. torch.library custom ops (repeatable; "
-                   "docs/extensions.md).")
+@_EXTENSION_OPTION
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def export_cmd(model, output, inputs, check, keep_failed, no_load_check, dynamic, stream, pulse,
@@ -376,10 +380,7 @@ def inspect_cmd(archive, assignments, no_macs, as_json):
 @click.option("--all-logits", "all_logits", is_flag=True,
               help="Return the logits of every position [1, S, V] (for scoring a text); "
                    "by default only the last position's [1, 1, V], all decoding reads.")
-@click.option("--extension", "extension_modules", multiple=True, metavar="MODULE",
-              help="Import MODULE first: its @t2n.mapping functions convert ops t2n has no "
-                   "mapping for, e.g. torch.library custom ops (repeatable; "
-                   "docs/extensions.md).")
+@_EXTENSION_OPTION
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, all_logits,

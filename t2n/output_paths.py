@@ -280,7 +280,7 @@ def write_report(path, data: bytes, looks_ours) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, 0o644 & ~_umask())
+        os.chmod(tmp, 0o644 & ~umask())
         if not os.path.lexists(full):
             _place(tmp, full)
             return
@@ -300,7 +300,8 @@ def write_report(path, data: bytes, looks_ours) -> None:
             os.remove(tmp)
 
 
-def _umask() -> int:
+def umask() -> int:
+    """The process's umask (files t2n writes get the modes a plain open would give)."""
     m = os.umask(0)
     os.umask(m)
     return m

@@ -347,7 +347,7 @@ def write(g: Graph, path: str, progress=None, target: Target = TRACT) -> int:
                 _write_tar(g, graph_text, f, kind == "tgz", progress)
                 f.flush()
                 os.fsync(f.fileno())
-            os.chmod(tmp, 0o644 & ~_umask())
+            os.chmod(tmp, 0o644 & ~output_paths.umask())
             move_into_place(tmp, path, kind, shown)
             size = os.path.getsize(path)
         tmp = None
@@ -360,12 +360,6 @@ def write(g: Graph, path: str, progress=None, target: Target = TRACT) -> int:
                 shutil.rmtree(tmp, ignore_errors=True)
             elif os.path.exists(tmp):
                 os.remove(tmp)
-
-
-def _umask() -> int:
-    m = os.umask(0)
-    os.umask(m)
-    return m
 
 
 def _write_dir(g: Graph, graph_text: bytes, root: str, progress) -> int:
