@@ -118,9 +118,14 @@ def _replace_product(g: Graph, op: Op, operands, specs, out_spec) -> None:
         g.ops[g.ops.index(op)] = _with_operands(op, operands, y)
         return
     small = Tensor(g.fresh_name(op.kind), shape, y.dtype)
-    new = _with_operands(op, operands, small)
+    _then_broadcast(g, op, _with_operands(op, operands, small), y)
+
+
+def _then_broadcast(g: Graph, op: Op, new: Op, y: Tensor) -> None:
+    """Put ``new`` (``op`` computed on the un-broadcast operands) in ``op``'s place and
+    broadcast its result back to ``y``, which the op's readers keep reading."""
     g.ops[g.ops.index(op)] = new
-    back = _insert(g, lambda: g.op("tract_core_broadcast", small, shape=list(y.shape),
+    back = _insert(g, lambda: g.op("tract_core_broadcast", new.outputs[0], shape=list(y.shape),
                                    out_shape=list(y.shape), out_dtype=y.dtype), after=new)
     producer = next(o for o in g.ops if o.outputs and o.outputs[0] is back)
     producer.outputs[0] = y
@@ -262,13 +267,7 @@ def _elementwise_on_broadcast(g: Graph, index: Index, op: Op, feeding: set[int])
 
     _insert(g, build, before=op)
     small = Tensor(g.fresh_name(op.kind), shape, y.dtype)
-    new = Op(op.kind, args, dict(op.attrs), [small], op.origin)
-    g.ops[g.ops.index(op)] = new
-    back = _insert(g, lambda: g.op("tract_core_broadcast", small, shape=list(y.shape),
-                                   out_shape=list(y.shape), out_dtype=y.dtype), after=new)
-    producer = next(o for o in g.ops if o.outputs and o.outputs[0] is back)
-    producer.outputs[0] = y
-    producer.origin = op.origin
+    _then_broadcast(g, op, Op(op.kind, args, dict(op.attrs), [small], op.origin), y)
     return True
 
 
