@@ -137,7 +137,7 @@ def test_autoformer_auto_correlation(length):
 
 
 def test_transformers_fnet_model():
-    transformers = pytest.importorskip("transformers")
+    import transformers  # a test dependency (pyproject test extra)
     cfg = transformers.FNetConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2,
                                   intermediate_size=64, max_position_embeddings=64,
                                   type_vocab_size=2)
@@ -150,7 +150,7 @@ def test_transformers_fnet_model():
 
 
 def test_transformers_llama4_text_model():
-    transformers = pytest.importorskip("transformers")
+    import transformers  # a test dependency (pyproject test extra)
     cfg = transformers.Llama4TextConfig(
         vocab_size=64, hidden_size=32, intermediate_size=64, intermediate_size_mlp=64,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,

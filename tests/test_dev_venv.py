@@ -7,7 +7,6 @@ import subprocess
 import sys
 import sysconfig
 
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SITE = sysconfig.get_paths()["purelib"]  # this venv's site-packages
@@ -33,7 +32,6 @@ def _fresh_interpreter(tmp_path, code: str) -> str:
 
 
 def test_model_libraries_import_from_a_plain_interpreter(tmp_path):
-    pytest.importorskip("timm")
     out = _fresh_interpreter(tmp_path, "import timm, torchvision\n"
                                        "from transformers import LlamaConfig\n"
                                        "import torch\n"
@@ -45,7 +43,6 @@ def test_model_libraries_import_from_a_plain_interpreter(tmp_path):
 def test_a_declaration_made_first_is_kept(tmp_path):
     """tests/conftest.py declares the schemas before the first import: the hook then
     declares nothing (declaring twice would fail)."""
-    pytest.importorskip("torchvision")
     out = _fresh_interpreter(tmp_path, "import torch\n"
                                        "lib = torch.library.Library('torchvision', 'DEF')\n"
                                        "lib.define('nms(Tensor dets, Tensor scores, "
