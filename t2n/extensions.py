@@ -16,14 +16,12 @@ group ``t2n.mappings``, loaded on the first export of the process.
 from __future__ import annotations
 
 import functools
-import importlib
-import os
 import re
-import sys
 from typing import Callable
 
 from . import registry
 from .errors import ConversionError, T2NError, UsageError
+from .specs import first_line, import_user_module
 
 ENTRY_POINT_GROUP = "t2n.mappings"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*$")
@@ -65,10 +63,8 @@ def _reported(name: str, fn: Callable) -> Callable:
         except T2NError:
             raise
         except Exception as e:
-            text = str(e).strip().splitlines()
             raise ConversionError(name, f"the user mapping {fn.__module__}.{fn.__qualname__} "
-                                  f"failed: {type(e).__name__}: {text[0] if text else ''}") \
-                from e
+                                  f"failed: {type(e).__name__}: {first_line(e)}") from e
 
     call.t2n_user_mapping = True  # the walkers give it ScalarTypes as torch dtypes
     return call
@@ -79,15 +75,13 @@ def load_modules(names) -> None:
     ``extensions``): importing it runs its ``t2n.mapping`` registrations. The current
     directory is importable, as for ``package.module:callable`` models."""
     for name in names:
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.insert(0, os.getcwd())
         try:
-            importlib.import_module(name)
+            import_user_module(name)
         except T2NError as e:
             raise UsageError(f"extension {name}: {e}") from None
         except Exception as e:
             raise UsageError(f"extension {name} failed to import: {type(e).__name__}: "
-                             f"{_first_line(e)}") from None
+                             f"{first_line(e)}") from None
 
 
 def load_entry_points() -> None:
@@ -110,10 +104,5 @@ def load_entry_points() -> None:
             raise UsageError(f"{where}: {e}") from None
         except Exception as e:
             raise UsageError(f"{where} failed to load: {type(e).__name__}: "
-                             f"{_first_line(e)}") from None
+                             f"{first_line(e)}") from None
     _entry_points_loaded = True
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else ""

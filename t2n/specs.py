@@ -177,18 +177,24 @@ def is_callable_ref(text: str) -> bool:
     return bool(_REF_RE.match(text)) and not os.path.exists(text)
 
 
+def import_user_module(name: str):
+    """Import a module of the user's (a model's, an ``--extension``): the current directory
+    is importable, as for ``python -m``."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return importlib.import_module(name)
+
+
 def call_ref(ref: str, what: str = "model"):
     """Import ``package.module`` and call ``callable()``; the current directory is importable."""
     mod_name, _, attr = ref.partition(":")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
     try:
-        mod = importlib.import_module(mod_name)
+        mod = import_user_module(mod_name)
     except ImportError as e:
         raise ModelLoadError(f"cannot import {mod_name!r} for {what} {ref!r}: {e}") from None
     except Exception as e:
         raise ModelLoadError(f"importing {mod_name!r} failed: {type(e).__name__}: "
-                             f"{_first_line(e)}") from None
+                             f"{first_line(e)}") from None
     obj = mod
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -199,7 +205,7 @@ def call_ref(ref: str, what: str = "model"):
     try:
         return obj()
     except Exception as e:
-        raise ModelLoadError(f"{ref}() raised {type(e).__name__}: {_first_line(e)}") from None
+        raise ModelLoadError(f"{ref}() raised {type(e).__name__}: {first_line(e)}") from None
 
 
 def load_model(ref: str, trust_pickle: bool = False):
@@ -291,7 +297,7 @@ def load_model_file(path: str, trust_pickle: bool = False):
             obj = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as e:
             raise ModelLoadError(f"{path}: unpickling failed: {type(e).__name__}: "
-                                 f"{_first_line(e)}") from None
+                                 f"{first_line(e)}") from None
         if not isinstance(obj, torch.nn.Module):
             raise ModelLoadError(f"{path} holds a {type(obj).__name__}, not an nn.Module "
                                  "(a state_dict needs its model class: use "
@@ -303,6 +309,7 @@ def load_model_file(path: str, trust_pickle: bool = False):
                          "kind of file); save models with torch.jit.save")
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (errors here are one line)."""
     text = str(e).strip()
     return text.splitlines()[0] if text else ""
