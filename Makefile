@@ -24,7 +24,7 @@ install: $(STAMP)
 # Export the ResNet-18-shaped fixture (1x3x224x224), run it in tract, compare with PyTorch.
 demo: $(STAMP)
 	@mkdir -p $(dir $(DEMO_OUT))
-	$(VENV)/bin/t2n export fixtures.models:make_resnet18 -o $(DEMO_OUT) \
+	$(VENV)/bin/t2n export tests.fixtures.models:make_resnet18 -o $(DEMO_OUT) \
 		--input x:1x3x224x224:f32 --check
 
 # Two pytest workers (the CI machine has 2 cores). Each test file runs whole on one worker,

@@ -6,7 +6,7 @@ the walk or the writer leaves every archive byte for byte as it was.
     python -m bench.archive_digests --list                   # the cases
     python -m bench.archive_digests --compare F --only gpt2,zoo_tv_resnet18 --skip gpt2_small
 
-The cases: the fixtures (fixtures/models.py, DLRM, KWS), GPT-2 small (124 M, default config,
+The cases: the fixtures (tests/fixtures/models.py, DLRM, KWS), GPT-2 small (124 M, default config,
 input ids [1, 64]), a small BERT with dynamic batch and sequence, ten zoo models (torchvision,
 timm, transformers; weights redrawn as the zoo tests do), ``capture="export"`` for a few, and
 ``weights="f16"``/``"q4_0"`` and ``compact=True`` for a few. Each export writes a ``.tar`` (the
@@ -35,14 +35,14 @@ ZOO = os.path.join(common.ROOT, "tests", "zoo")
 # ------------------------------------------------------------------------------ cases
 def _fixture(name):
     def build():
-        from fixtures import models
+        from tests.fixtures import models
 
         return models.FIXTURES[name][0](), models.example_inputs(name), {}
     return build
 
 
 def _dlrm():
-    from fixtures import dlrm
+    from tests.fixtures import dlrm
 
     return (dlrm.make_dlrm(), dlrm.example_inputs(8),
             dict(input_names=dlrm.INPUT_NAMES, output_names=dlrm.OUTPUT_NAMES,
@@ -50,7 +50,7 @@ def _dlrm():
 
 
 def _kws():
-    from fixtures import kws
+    from tests.fixtures import kws
 
     return kws.make_kws(), (kws.example_input(),), {}
 

@@ -49,24 +49,24 @@ def mlp1b():
 def _fixtures_module(name: str):
     sys.path.insert(0, ROOT)
     try:
-        return __import__(f"fixtures.{name}", fromlist=["_"])
+        return __import__(f"tests.fixtures.{name}", fromlist=["_"])
     except ImportError as e:
         raise Skip(f"fixtures/{name}.py is not importable ({e})") from None
 
 
 def resnet18():
-    """The ResNet-18-shaped fixture (fixtures/models.py make_resnet18), 1x3x224x224."""
+    """The ResNet-18-shaped fixture (tests/fixtures/models.py make_resnet18), 1x3x224x224."""
     fm = _fixtures_module("models")
     if not hasattr(fm, "make_resnet18"):
-        raise Skip("fixtures/models.py has no make_resnet18() yet")
+        raise Skip("tests/fixtures/models.py has no make_resnet18() yet")
     return fm.make_resnet18(), fm.example_inputs("resnet18")
 
 
 def dlrm():
-    """The DLRM fixture (fixtures/dlrm.py make_dlrm), batch of 64."""
+    """The DLRM fixture (tests/fixtures/dlrm.py make_dlrm), batch of 64."""
     fd = _fixtures_module("dlrm")
     if not hasattr(fd, "make_dlrm"):
-        raise Skip("fixtures/dlrm.py has no make_dlrm() yet")
+        raise Skip("tests/fixtures/dlrm.py has no make_dlrm() yet")
     return fd.make_dlrm(), fd.example_inputs(64)
 
 

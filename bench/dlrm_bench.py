@@ -1,4 +1,4 @@
-"""DLRM-style recommender (fixtures/dlrm.py): export and tract figures at batch 1 and 512.
+"""DLRM-style recommender (tests/fixtures/dlrm.py): export and tract figures at batch 1 and 512.
 
     python -m bench.dlrm_bench                 # from the repository root
     python -m bench.dlrm_bench --repeat 5 --batches 1,64,512
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     import torch
 
     sys.path.insert(0, ROOT)
-    from fixtures import dlrm
+    from tests.fixtures import dlrm
 
     warnings.simplefilter("ignore")
     model = dlrm.make_dlrm()

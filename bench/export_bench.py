@@ -60,7 +60,7 @@ def resnet18_fixture():
     """The demo's ResNet-18-shaped fixture (``make demo``), 1x3x224x224."""
     import torch
 
-    from fixtures.models import make_resnet18
+    from tests.fixtures.models import make_resnet18
 
     return make_resnet18(), (torch.randn(1, 3, 224, 224),)
 

@@ -64,7 +64,10 @@ def main(argv=None) -> int:
     common.declare_torchvision_schemas()
     warnings.simplefilter("ignore")
     import t2n
-    from t2n import api, export_capture, fx_walker, passes, walker, writer
+    from t2n import api, passes
+    from t2n.capture import torch_export as export_capture
+    from t2n.walk import fx_walker, walker
+    from t2n.write import writer
 
     model, args, kw = archive_digests.CASES[a.case]()
     if a.capture:

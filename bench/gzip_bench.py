@@ -48,7 +48,7 @@ def _stdlib(level):
 
 def _t2n(threads):
     def run(bufs):
-        from t2n.gzstream import GzipStream
+        from t2n.write.gzstream import GzipStream
 
         sink = _Sink()
         s = GzipStream(sink, threads=threads)

@@ -1,4 +1,4 @@
-"""What the load proof (t2n.load_check) costs: export each model without it, then load the
+"""What the load proof (t2n.check.load) costs: export each model without it, then load the
 archive the way the proof does, in a fresh child (CPU and wall seconds) and in a warm
 long-lived child (the test suite's case, wall seconds).
 
@@ -20,7 +20,7 @@ from bench import common
 
 def measure(name: str, folder: str) -> str:
     import t2n
-    from t2n.tract_runner import TractWorker, _child
+    from t2n.check.tract_runner import TractWorker, _child
 
     model, args = common.build(name)
     path = os.path.join(folder, f"{name}.nnef")

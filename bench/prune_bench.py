@@ -51,7 +51,7 @@ def _pruned(model):
 
 def pruned_resnet18():
     sys.path.insert(0, ROOT)
-    from fixtures.models import make_resnet18
+    from tests.fixtures.models import make_resnet18
 
     return _pruned(make_resnet18())
 

@@ -1,4 +1,4 @@
-"""Streaming in tract: the keyword-spotting fixture (fixtures/kws.py) pulsed at two chunk
+"""Streaming in tract: the keyword-spotting fixture (tests/fixtures/kws.py) pulsed at two chunk
 sizes, through t2n's archive and through the torch.onnx route (tract's ONNX loader, same
 ``Pulse`` transform). Per route and pulse: ops in the exported graph, nodes of tract's
 pulsed and optimised model, the delay, and the run time of one chunk through one state
@@ -28,7 +28,7 @@ def _model(gru: bool):
     import torch
 
     sys.path.insert(0, ROOT)
-    from fixtures import kws
+    from tests.fixtures import kws
 
     torch.manual_seed(0)
     model = kws.make_kws(gru=True) if gru else kws.make_kws()

@@ -127,9 +127,9 @@ def _float64_gaps(model, args, input_names, archive) -> dict:
 
     import numpy as np
     import torch
-    from t2n import model_io
-    from t2n.eager import torch_outputs  # flattened as the export flattens them
-    from t2n.tract_runner import run_in_tract
+    from t2n.capture import model_io
+    from t2n.check.eager import torch_outputs  # flattened as the export flattens them
+    from t2n.check.tract_runner import run_in_tract
 
     def cast(a):
         if isinstance(a, dict):

@@ -95,7 +95,7 @@ def _export(job: dict) -> dict:
            "check_err": max(c.max_abs_err for c in r.checks), "ops": r.op_count,
            "model_bytes": common.model_bytes(model) if fmt != "int8" else None}
     if fmt == "int8":
-        from t2n.tract_runner import run_in_tract
+        from t2n.check.tract_runner import run_in_tract
 
         got = run_in_tract(path, [a.numpy() for a in args])
         ref = torch_outputs(original, args)

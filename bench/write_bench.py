@@ -71,7 +71,7 @@ def job_export(job: dict) -> dict:
     import statistics
 
     import t2n
-    from t2n.capture import capture
+    from t2n.capture.trace import capture
 
     model, args = common.build(job["model"])
     before = common.rss()

@@ -27,7 +27,7 @@ _LAZY = {
     "UnsupportedOperatorsError": ("t2n.errors", "UnsupportedOperatorsError"),
     "CheckFailedError": ("t2n.errors", "CheckFailedError"),
     "TractError": ("t2n.errors", "TractError"),
-    "supported_ops": ("t2n.registry", "supported_ops"),
+    "supported_ops": ("t2n.walk.registry", "supported_ops"),
     "mapping": ("t2n.extensions", "mapping"),
 }
 

@@ -9,18 +9,22 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import compute_dtype, constant_outputs, dtypes, extensions, model_io, passes, weight_formats
-from . import streaming as _stream
-from .builder import Graph, safe_identifier
-from .capture import capture, load_torchscript
-from .check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
-from .eager import torch_outputs
-from .errors import CheckFailedError, ConversionError, TractError, UsageError
-from .fresh_inputs import FreshInputs
-from .staging import check_destination, staged
-from .targets import get_target
-from .walker import Walker
-from .stopwatch import phase, timed, timed_export
+from t2n.walk import compute_dtype
+from t2n.check import constant_outputs
+from t2n import dtypes, extensions, passes
+from t2n.capture import model_io
+from t2n.write import weight_formats
+from t2n import streaming as _stream
+from t2n.walk.builder import Graph, safe_identifier
+from t2n.capture.trace import capture, load_torchscript
+from t2n.check.compare import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
+from t2n.check.eager import torch_outputs
+from t2n.errors import CheckFailedError, ConversionError, TractError, UsageError
+from t2n.check.fresh_inputs import FreshInputs
+from t2n.write.staging import check_destination, staged
+from t2n.targets import get_target
+from t2n.walk.walker import Walker
+from t2n.stopwatch import phase, timed, timed_export
 
 
 @dataclass
@@ -154,14 +158,14 @@ def _load_model(model):
 
 def _symbols_for(dynamic_axes, input_names, args) -> dict:
     """{input index: {axis: symbol name}} from ONNX-style ``dynamic_axes``."""
-    from . import dynamic
+    from t2n.walk import dynamic
 
     return dynamic.parse_dynamic_axes(dynamic_axes, input_names, args)
 
 
 def _symbol_minimums(dynamic_axes, symbols, args) -> dict:
     """{symbol: least run-time size}, declared to tract as ``tract_assert``."""
-    from . import dynamic
+    from t2n.walk import dynamic
 
     return dynamic.symbol_minimums(dynamic_axes, symbols, args)
 
@@ -169,9 +173,9 @@ def _symbol_minimums(dynamic_axes, symbols, args) -> dict:
 # The options ``export`` reads itself; the passes declare theirs (t2n.passes).
 # progress: None (auto) | bool | callable; properties: {key: str | int | list} written as
 # the archive's tract_core_properties (metadata a runtime reads, e.g. t2n.llm's cache layout)
-# keep_failed: a path the archive moves to when its check fails (t2n.staging)
-# verify_load: False skips the load that proves the engine takes the archive (t2n.load_check)
-# constant_outputs: names of outputs meant to depend on no input (t2n.constant_outputs)
+# keep_failed: a path the archive moves to when its check fails (t2n.write.staging)
+# verify_load: False skips the load that proves the engine takes the archive (t2n.check.load)
+# constant_outputs: names of outputs meant to depend on no input (t2n.check.constant_outputs)
 # int_range / seed: [lo, hi) of the integers and the seed of the check's fresh inputs;
 # fresh_inputs=False: the check compares the example only (inputs whose exact values matter)
 _API_OPTIONS = frozenset({"progress", "quiet", "properties", "keep_failed", "verify_load",
@@ -184,7 +188,7 @@ def _check_options(options: dict) -> None:
     if unknown:
         raise UsageError(f"unknown export option(s): {', '.join(sorted(unknown))}")
     if options.get("properties") is not None:
-        from .writer import render_properties
+        from t2n.write.writer import render_properties
 
         if not isinstance(options["properties"], dict):
             raise UsageError("properties must be a dict {key: value}")
@@ -214,7 +218,7 @@ def _build(model, binding, output_names, dynamic_axes, options,
     least = _symbol_minimums(dynamic_axes, symbols, args) if dynamic_axes else {}
     spec = _stream.resolve(*stream_spec, symbols, args, in_names) if stream_spec else None
     if capture_with == "export":
-        from .export_capture import capture_export
+        from t2n.capture.torch_export import capture_export
 
         program = capture_export(model, binding, symbols, in_names)
     else:
@@ -227,7 +231,7 @@ def _build(model, binding, output_names, dynamic_axes, options,
     if bf16_as is not None:
         g.bf16_as = bf16_as
     # without an explicit compute dtype, bf16 values (casts, bf16 buffers) are held in f32
-    # and rounded as PyTorch rounds them (t2n.bf16_values)
+    # and rounded as PyTorch rounds them (t2n.walk.bf16_values)
     g.bf16_rounding = bf16_as is None
     g.streaming = spec
     g.properties = dict(options.get("properties") or {})
@@ -246,7 +250,7 @@ def _build(model, binding, output_names, dynamic_axes, options,
         inputs.append(g.add_input(name, shape, g.computed(a.dtype)))
 
     if capture_with == "export":
-        from .fx_walker import FxWalker
+        from t2n.walk.fx_walker import FxWalker
 
         sym_handles = {i: {axis: _sym(name) for axis, name in axes.items()}
                        for i, axes in symbols.items()}
@@ -316,23 +320,23 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     ``f`` ending in ``.tgz``/``.tar.gz`` gives a gzip tar, ``.tar`` a tar, ``.nnef``, no
     suffix or a trailing ``/`` a folder; another suffix (``m.zip``) is refused, and so is a
     user's folder, file or symbolic link at ``f``: only an NNEF archive is replaced
-    (:class:`OutputPathError` before the trace, nothing changed; :mod:`t2n.output_paths`).
+    (:class:`OutputPathError` before the trace, nothing changed; :mod:`t2n.write.output_paths`).
 
     With ``check=True`` the archive is run in tract (in a child process) on
     ``args`` and compared with PyTorch; a mismatch raises :class:`CheckFailedError`. The
     archive reaches ``f`` only when the export succeeds, check included: after a failed
-    check or any error, ``f`` holds what it held before (:mod:`t2n.staging`); the option
+    check or any error, ``f`` holds what it held before (:mod:`t2n.write.staging`); the option
     ``keep_failed=PATH`` moves the archive of a failed check to PATH, for inspection.
 
     The check proves the graph, not one replay of the trace: besides ``args`` it compares
     fresh inputs of the same shapes and dtypes, and every dynamic axis at another size
-    (:mod:`t2n.fresh_inputs`; seeded by ``seed=``, integers from ``int_range=(lo, hi)``
+    (:mod:`t2n.check.fresh_inputs`; seeded by ``seed=``, integers from ``int_range=(lo, hi)``
     or the example's own range), all run in one load of the archive; the report names
     the input sets compared. An output that depends on no input (a result the trace froze,
     e.g. computed through NumPy) is warned about, and fails the check unless declared
-    ``constant_outputs=[name]`` (:mod:`t2n.constant_outputs`).
+    ``constant_outputs=[name]`` (:mod:`t2n.check.constant_outputs`).
 
-    ``weights`` is how the model's float weights are stored (:mod:`t2n.weight_formats`):
+    ``weights`` is how the model's float weights are stored (:mod:`t2n.write.weight_formats`):
 
     * ``"f32"`` (default): as the model holds them;
     * ``"f16"``: float32/float64 weights stored as float16 (about half the archive), each
@@ -360,18 +364,18 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     check parses the archive with the Khronos parser and runs nnef-tools' interpreter.
 
     ``dtype`` is what a bfloat16 model (bf16 weights or inputs; tract has no bf16) computes
-    in, an explicit choice (:mod:`t2n.compute_dtype`): ``"f32"`` (exact bf16 values) or
+    in, an explicit choice (:mod:`t2n.walk.compute_dtype`): ``"f32"`` (exact bf16 values) or
     ``"f16"`` (half precision, PyTorch's float16 rules). Its weights are converted while
     they are written, the model is not modified, and ``check=True`` compares with PyTorch
     running a converted copy. A bf16 model without ``dtype`` is refused, saying so.
 
-    Before the archive is accepted, its engine loads it (:mod:`t2n.load_check`): tract
+    Before the archive is accepted, its engine loads it (:mod:`t2n.check.load`): tract
     parses and optimises it into a runnable plan (``target="khronos"``: the Khronos parser
     reads it), in a child process; a refusal raises ``LoadRefusedError`` naming the op and
     source line, and nothing is written. ``check=True`` loads it anyway (no second load);
     ``verify_load=False`` skips this proof.
 
-    ``capture="export"`` captures the model with ``torch.export`` (:mod:`t2n.export_capture`)
+    ``capture="export"`` captures the model with ``torch.export`` (:mod:`t2n.capture.torch_export`)
     instead of ``torch.jit.trace``: the same mappings, checks and errors; data-dependent
     Python control flow is then an error instead of being frozen by the trace.
     """
@@ -395,7 +399,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     _check_options(options)
     options["weights"] = weight_formats.check_format(weights)
     bf16_as = compute_dtype.resolve(dtype, model, args)
-    check_destination(f, options.get("keep_failed"))  # t2n.output_paths: never a user's file
+    check_destination(f, options.get("keep_failed"))  # t2n.write.output_paths: never a user's file
     built = _build(model, binding, output_names, dynamic_axes, options,
                    (streaming, pulse) if streaming is not None or pulse is not None else None,
                    target=tgt.name, capture_with=_capture_mode(capture), bf16_as=bf16_as)
@@ -404,9 +408,9 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         tgt.lower(g)
     constant = constant_outputs.undeclared(g, out_names, options.get("constant_outputs"))
 
-    from .archive_info import archive_ops
-    from .progress import Bar, for_export
-    from .writer import write
+    from t2n.archive_info import archive_ops
+    from t2n.progress import Bar, for_export
+    from t2n.write.writer import write
 
     # written and checked beside f, moved to f only when the check passes
     with staged(f, options.get("keep_failed")) as work:
@@ -427,12 +431,12 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
                                          built.tracer_warnings],
             extras=dict(g.__dict__.get("extras", {})))
         if options.get("verify_load", True) and not (check or g.streaming is not None):
-            from .load_check import prove_loads  # (a check or a pulse loads it anyway)
+            from t2n.check.load import prove_loads  # (a check or a pulse loads it anyway)
 
             with phase("load"):
                 prove_loads(work, g, tgt.checker)
         if g.storage:
-            from .weight_check import rounded_copy
+            from t2n.check.compressed import rounded_copy
 
             result._rounded = lambda: rounded_copy(model, g)
         else:
@@ -443,14 +447,14 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         if g.streaming is not None:
             reference = caller
             if check and g.storage:  # compressed weights: the stream runs on the rounded ones
-                from .weight_check import rounded_copy
+                from t2n.check.compressed import rounded_copy
 
                 reference = rounded_copy(caller, g)
             result.stream = _stream.pulse_and_check(
                 work, g, g.streaming, model=reference, args=args, axes=built.stream_axes,
                 out_names=out_names, check=check, rtol=rtol, atol=atol, run_torch=torch_outputs)
         if check and g.storage:  # compressed weights: compare on the same rounded weights
-            from .weight_check import check_compressed, cost_lines
+            from t2n.check.compressed import check_compressed, cost_lines
 
             done, cost = check_compressed(work, caller, g, args, out_names, rtol, atol,
                                           fresh=_fresh(args, inputs, options), constant=constant)
@@ -468,7 +472,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
                     input_names=binding.names, atol_for=quantization_steps(g, out_names, handles),
                     fresh=_fresh(fed, inputs, options), constant=constant)
             except TractError as e:  # the check loads the archive: name the op it refuses
-                from .load_check import with_op_named
+                from t2n.check.load import with_op_named
 
                 raise with_op_named(e, g) from None
             result.checks = done.checks
@@ -493,7 +497,7 @@ def _sym(name: str):
 
 def quantization_steps(g, out_names, handles) -> dict[str, float]:
     """{output name: its quantization step} for outputs dequantized from int8 tensors
-    (op_mappings/quantized.py): tract and PyTorch requantize with their own rounding, so
+    (t2n/mappings/quantized.py): tract and PyTorch requantize with their own rounding, so
     such an output may differ by one step, which the check accepts."""
     steps = g.__dict__.get("quant_steps", {})
     return {n: steps[id(h)] * (1 + 1e-5) for n, h in zip(out_names, handles) if id(h) in steps}
@@ -522,10 +526,11 @@ def check_archive_sets(path: str, model, args, out_names: list[str], *, rtol: fl
                        target: str = "tract", input_names=None, atol_for=None, fresh=None,
                        constant=(), more=()):
     """:func:`check_archive` on the example ``args`` ("example"; None: none), the named
-    input sets ``more`` ([(name, args)]) and the fresh sets of ``fresh`` (:mod:`t2n.fresh_inputs`),
-    the engine loading the archive once: a :class:`t2n.check_sets.SetsCheck`."""
-    from . import nnef_tools_runner, tract_runner
-    from .check_sets import InputSet, check_sets
+    input sets ``more`` ([(name, args)]) and the fresh sets of ``fresh``
+    (:mod:`t2n.check.fresh_inputs`), the engine loading the archive once: a
+    :class:`t2n.check.input_sets.SetsCheck`."""
+    from t2n.check import nnef_tools_runner, tract_runner
+    from t2n.check.input_sets import InputSet, check_sets
 
     engine = get_target(target).checker
     run = nnef_tools_runner.run_sets_in_nnef_tools if engine == "nnef-tools" \

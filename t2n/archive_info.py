@@ -18,7 +18,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .errors import UsageError
+from t2n.errors import UsageError
 
 # .dat item types: (code, bits) -> format name; vendor "TR" codes are tract's block formats
 _FORMATS = {(0, 16): "f16", (0, 32): "f32", (0, 64): "f64", (5, 1): "bool", (5, 8): "bool"}
@@ -199,7 +199,7 @@ def count_ops(text: str) -> dict[str, int]:
     Each statement of the graph body is one op, by the name it calls: a fragment is one op
     (``t2n_gelu``, a composed ``t2n_linear3_f32``), as tract's loader makes it one node, its
     body ops not counted again; a call of a fragment whose body is a single op (the writer's
-    shallow spelling, :mod:`t2n.shallow_text`) counts as that op; declarations (``external``,
+    shallow spelling, :mod:`t2n.write.shallow_text`) counts as that op; declarations (``external``,
     ``variable``, and fragments that only declare a weight) are not ops. Lines the writer
     adds around weights and outputs (a cast of a stored weight back to its dtype, an output
     ``copy``) are ops of the archive and count."""
@@ -304,7 +304,7 @@ def _short_dtype(dtype) -> str:
 
 def _tract_macs(info: ArchiveInfo, folder: str, symbols: dict[str, int]) -> None:
     values = {s: symbols.get(s, 1) for s in info.symbols}
-    from .tract_cost import profile_in_child
+    from t2n.check.tract_cost import profile_in_child
 
     cost, msg = profile_in_child(folder, values)
     if cost is None:

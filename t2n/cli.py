@@ -13,7 +13,7 @@ Exit codes (the same for every subcommand):
 The archive reaches OUT only when the export succeeds, its check included: after a failed
 check or an error OUT keeps what it held before. OUT (and --keep-failed PATH, --keep DIR's
 archives, --junit/--json reports) replaces only what t2n wrote there before: a user's folder
-or file is refused with exit code 2, nothing changed (t2n.output_paths).
+or file is refused with exit code 2, nothing changed (t2n.write.output_paths).
 
 Errors are printed as one ``t2n: error: ...`` line on stderr (a list of unsupported ops
 adds one indented line per op), never as a Python traceback unless ``--debug`` is given.
@@ -29,9 +29,9 @@ import warnings
 
 import click
 
-from . import __version__
-from .errors import CheckFailedError, T2NError, UsageError
-from .jsonreport import result_dict
+from t2n import __version__
+from t2n.errors import CheckFailedError, T2NError, UsageError
+from t2n.jsonreport import result_dict
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -219,7 +219,7 @@ def export_cmd(model, output, inputs, check, keep_failed, no_load_check, dynamic
       t2n export mypkg.kws:build -o kws.nnef.tar --input x:1x40x64:f32 --dynamic x:2=S \
           --stream S --pulse 8 --check
     """
-    from . import specs
+    from t2n import specs
 
     spec_list = [specs.parse_input_spec(s) for s in inputs]
     names = [s.name for s in spec_list]
@@ -263,8 +263,8 @@ def export_cmd(model, output, inputs, check, keep_failed, no_load_check, dynamic
 
 def _check_output_path(output: str, keep_failed: str | None = None) -> None:
     """Fail before tracing (which can take minutes) when OUT (or --keep-failed PATH) cannot
-    be written or holds what t2n may not replace (t2n.output_paths)."""
-    from .staging import check_destination
+    be written or holds what t2n may not replace (t2n.write.output_paths)."""
+    from t2n.write.staging import check_destination
 
     check_destination(output, keep_failed)
 
@@ -272,7 +272,7 @@ def _check_output_path(output: str, keep_failed: str | None = None) -> None:
 def _load_extensions(modules) -> None:
     """Import the ``--extension`` modules (their ``t2n.mapping`` registrations)."""
     if modules:
-        from .extensions import load_modules
+        from t2n.extensions import load_modules
 
         load_modules(modules)
 
@@ -281,7 +281,7 @@ def run_export(module, args, output, *, quiet=False, as_json=False, **kwargs):
     """Export with warnings printed as ``t2n: warning:`` lines; prints the report.
 
     Returns the ExportResult, or None when the check failed (after reporting it)."""
-    from .api import export
+    from t2n.api import export
 
     if quiet:  # silences the progress bar too
         kwargs["quiet"] = True
@@ -344,7 +344,7 @@ def inspect_cmd(archive, assignments, no_macs, as_json):
     weight format (f32, f16, q4_0, ...), and the multiply-accumulate count: nnef-tools'
     counter for standard graphs, tract's own cost model for tract graphs.
     """
-    from .archive_info import inspect_archive
+    from t2n.archive_info import inspect_archive
 
     symbols = {}
     for a in assignments:
@@ -398,7 +398,7 @@ def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, all_
       t2n llm ./my-llama -o llama.nnef.tgz --check
       t2n llm ./my-qwen3 -o qwen3.nnef.tar --weights q4_0 --check --max-length 32
     """
-    from . import llm
+    from t2n import llm
 
     _check_output_path(output, keep_failed)
     _load_extensions(extension_modules)
@@ -428,7 +428,7 @@ def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, all_
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 def ops_cmd(as_json):
     """List the aten operators t2n converts (in-place variants such as add_ included)."""
-    from .registry import mapping_module, supported_ops
+    from t2n.walk.registry import mapping_module, supported_ops
 
     ops = supported_ops()
     rows = [{"name": n, "family": mapping_module(n).rsplit(".", 1)[-1]} for n in ops]
@@ -464,7 +464,7 @@ def check_cmd(manifest, jobs, junit_path, json_path, only, keep_dir, trust_pickl
       pythonpath = ["."]            # optional, relative to the manifest
       [[model]]
       name = "resnet18"
-      model = "fixtures.models:make_resnet18"   # or a TorchScript file
+      model = "tests.fixtures.models:make_resnet18"   # or a TorchScript file
       inputs = ["x:1x3x224x224:f32"]            # or "pkg.mod:fn", or "inputs.npz"
       dynamic = ["x:0=B"]                       # optional
       rtol = 1e-4                               # optional, also atol, seed, int_range
@@ -472,8 +472,8 @@ def check_cmd(manifest, jobs, junit_path, json_path, only, keep_dir, trust_pickl
     Each model runs in its own process, so a crash fails that model only. Prints a table;
     exit code 0 only when every model passes, 1 otherwise, 2 for a bad manifest.
     """
-    from . import checkrun
-    from . import manifest as manifest_mod
+    from t2n.check import manifest_run as checkrun
+    from t2n.check import manifest as manifest_mod
 
     entries = manifest_mod.load_manifest(manifest)
     if only:

@@ -1,8 +1,8 @@
 """The one table that says how a torch dtype appears in NNEF and in tract.
 
 tract has no bf16 and no complex; bf16 values are held in f32 (rounded to bf16 as PyTorch
-rounds them, t2n/bf16_values.py, or computed in the export's ``dtype=``,
-t2n/compute_dtype.py). A complex tensor inside the graph is a float tensor of its parts with
+rounds them, t2n/walk/bf16_values.py, or computed in the export's ``dtype=``,
+t2n/walk/compute_dtype.py). A complex tensor inside the graph is a float tensor of its parts with
 a trailing (re, im) axis (tract's own convention for ``tract_core_fft``/``tract_core_stft``):
 ``complex_part`` names that float dtype; complex model inputs and outputs are refused.
 Bools are written 1-bit packed in .dat files (the only layout both tract and the Khronos
@@ -33,7 +33,7 @@ _UNSIGNED_EXTRA = {
 }
 _TABLE.update({k: v for k, v in _UNSIGNED_EXTRA.items() if k is not None})
 # torch.ao quantized tensors are their integer representation in the graph (scale and zero
-# point travel beside them, op_mappings/quantized.py): plain u8/i8/i32 tensors for tract
+# point travel beside them, t2n/mappings/quantized.py): plain u8/i8/i32 tensors for tract
 QUANTIZED = {torch.quint8: torch.uint8, torch.qint8: torch.int8, torch.qint32: torch.int32}
 _TABLE.update({q: _TABLE[r] for q, r in QUANTIZED.items()})
 

@@ -19,7 +19,7 @@ class UsageError(T2NError):
 
 class OutputPathError(UsageError):
     """The output path holds something t2n may not replace (a user's folder or file, a
-    symbolic link), or names no archive kind t2n writes (:mod:`t2n.output_paths`)."""
+    symbolic link), or names no archive kind t2n writes (:mod:`t2n.write.output_paths`)."""
 
     def __init__(self, path: str, message: str):
         self.path = path

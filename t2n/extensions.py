@@ -1,7 +1,7 @@
 """User mappings: ``@t2n.mapping("mylib::op")`` converts an op t2n has no mapping for (a
 ``torch.library`` custom op) or, with ``override=True``, replaces a built-in aten mapping.
 
-A user's mapping has the contract of t2n's own (``op_mappings/gather.py``): it is called as
+A user's mapping has the contract of t2n's own (``t2n/mappings/gather.py``): it is called as
 ``fn(g, *args)`` with the node's arguments in schema order, tensors as builder handles and
 everything static as Python values, and emits NNEF/tract ops through the builder ``g``
 (``g.op``, ``g.constant``, ``g.error``; docs/extensions.md). Both captures reach it: the
@@ -19,9 +19,9 @@ import functools
 import re
 from typing import Callable
 
-from . import registry
-from .errors import ConversionError, T2NError, UsageError
-from .specs import first_line, import_user_module
+from t2n.walk import registry
+from t2n.errors import ConversionError, T2NError, UsageError
+from t2n.specs import first_line, import_user_module
 
 ENTRY_POINT_GROUP = "t2n.mappings"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*$")

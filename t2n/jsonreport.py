@@ -27,7 +27,7 @@ def result_dict(result) -> dict:
                           (result.extras.get("weights_error") or {}).items()} or None,
         "passed": result.passed,
         "checks": None,
-        # the input sets the check ran: example, fresh, fresh B=3 ... (t2n.check_sets)
+        # the input sets the check ran: example, fresh, fresh B=3 ... (t2n.check.input_sets)
         "input_sets": result.extras.get("input_sets"),
     }
     if result.checks is not None:

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import CheckFailedError, ModelLoadError, T2NError, TractError, UsageError
-from .model_mode import eval_mode
-from .staging import check_destination, staged
+from t2n.errors import CheckFailedError, ModelLoadError, T2NError, TractError, UsageError
+from t2n.capture.model_mode import eval_mode
+from t2n.write.staging import check_destination, staged
 
 DEFAULT_NEW_TOKENS = 16
 PROMPT_LENGTH = 8
@@ -161,7 +161,7 @@ def load_causal_lm(ref):
             transformers.logging.set_verbosity(verbosity)
             if bars:
                 transformers.utils.logging.enable_progress_bar()
-    from . import specs
+    from t2n import specs
 
     if specs.is_callable_ref(ref):
         model, _ = specs.load_model(ref)
@@ -367,9 +367,9 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     reach ``f`` (``keep_failed=PATH`` moves it there instead, for inspection).
     ``all_logits=True`` returns the logits of every position (``[1, S, V]``, for scoring a
     text) instead of the last one's (``[1, 1, V]``, all that decoding reads)."""
-    from .api import export
+    from t2n.api import export
 
-    from .weight_formats import check_format
+    from t2n.write.weight_formats import check_format
 
     weights = check_format(weights)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
@@ -378,7 +378,7 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     if not isinstance(f, (str, os.PathLike)):
         raise UsageError("f must be a path")
     f = os.fspath(f)
-    check_destination(f, keep_failed)  # before loading: never a user's file (t2n.output_paths)
+    check_destination(f, keep_failed)  # before loading: never a user's file (output_paths)
     model = load_causal_lm(model)
     if not isinstance(model, torch.nn.Module):
         raise ModelLoadError(f"MODEL gave a {type(model).__name__}, not an nn.Module")
@@ -397,7 +397,7 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     ins, outs = io_names(len(layers))
     dyn = {"input_ids": {1: "S"}}
     dyn.update({n: {2: ("P", 0)} for n in ins[1:]})  # the prompt runs with P = 0
-    # the archive reaches f only when the token check passes (t2n.staging)
+    # the archive reaches f only when the token check passes (t2n.write.staging)
     with staged(f, keep_failed) as work:
         step = CausalLMStep(model, len(layers), all_logits=all_logits)
         with warnings.catch_warnings():
@@ -477,11 +477,11 @@ def generate_in_tract(archive: str, prompt: list[int], n: int,
     not the caller)."""
     import tempfile
 
-    from .tract_runner import _child, _summarise
+    from t2n.check.tract_runner import _child, _summarise
 
     with tempfile.TemporaryDirectory(prefix="t2n-llm-") as d:
         cmd, kw = _child([os.path.abspath(archive), ",".join(map(str, prompt)), str(n)], d)
-        cmd[cmd.index("t2n.tract_runner")] = "t2n.llm_generate"
+        cmd[cmd.index("t2n.check.tract_runner")] = "t2n.llm_generate"
         t0 = time.perf_counter()
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,

@@ -42,7 +42,7 @@ def for_export(option=None, quiet: bool = False, started: float | None = None):
     if callable(option) and not isinstance(option, bool):
         return option
     if option is not None and not isinstance(option, bool):
-        from .errors import UsageError
+        from t2n.errors import UsageError
 
         raise UsageError(f"progress must be None, True, False or a callable, not {option!r}")
     if quiet or option is False:

@@ -20,7 +20,7 @@ import sys
 import zipfile
 from dataclasses import dataclass
 
-from .errors import ModelLoadError, UsageError
+from t2n.errors import ModelLoadError, UsageError
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _REF_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -38,7 +38,7 @@ class InputSpec:
 
 def parse_input_spec(text: str) -> InputSpec:
     """``NAME:DIMS:DTYPE`` with DIMS like ``1x3x224x224`` (``scalar`` for rank 0)."""
-    from . import dtypes
+    from t2n import dtypes
 
     parts = text.split(":")
     if len(parts) != 3:
@@ -130,7 +130,7 @@ def make_inputs(specs: list[InputSpec], seed: int = 0, int_range=(0, 10),
     input's own range in ``per_input``, else ``int_range``), bools 50/50."""
     import torch
 
-    from . import dtypes
+    from t2n import dtypes
 
     gen = torch.Generator().manual_seed(seed)
     out = []
@@ -274,7 +274,7 @@ def model_file_kind(path: str) -> str:
 def load_model_file(path: str, trust_pickle: bool = False):
     import torch
 
-    from .capture import load_torchscript
+    from t2n.capture.trace import load_torchscript
 
     if not os.path.exists(path):
         hint = " (for a Python model, write package.module:callable)" if ":" in path else ""

@@ -17,7 +17,7 @@ symbolic); what streaming changes is:
   streaming axis (2 for a centred convolution of kernel 5, 0 for a causal model), read from
   tract (``ExportResult.delay``);
 * **the check**: the example input is fed chunk by chunk through one state of the pulsed
-  model (:mod:`t2n.pulse_runner`, in a child process), the first ``delay`` output steps are
+  model (:mod:`t2n.check.pulse_runner`, in a child process), the first ``delay`` output steps are
   dropped, the rest concatenated and compared with PyTorch run on the same whole stream.
 
 What the stream check compares: the stream fed to tract is the example input zero-padded
@@ -43,10 +43,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .check import OutputCheck, compare
-from .errors import CheckFailedError, ConversionError, TractError, UsageError
-from .pulse_runner import pulse_size
-from .stopwatch import timed
+import t2n
+from t2n.check.compare import OutputCheck, compare
+from t2n.errors import CheckFailedError, ConversionError, TractError, UsageError
+from t2n.check.pulse_runner import pulse_size
+from t2n.stopwatch import timed
 
 DEFAULT_PULSE_AT_LEAST = 8  # the default pulse: the example length's first divisor >= 8
 
@@ -272,10 +273,10 @@ def _child(request: dict, workdir: str, timeout: float) -> dict:
     with open(req_path, "w") as f:
         json.dump(request, f)
     env = dict(os.environ, RUST_BACKTRACE="0")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(t2n.__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     try:
-        p = subprocess.run([sys.executable, "-m", "t2n.pulse_runner", req_path, res_path],
+        p = subprocess.run([sys.executable, "-m", "t2n.check.pulse_runner", req_path, res_path],
                            capture_output=True, text=True, timeout=timeout, cwd=workdir,
                            env=env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
@@ -317,7 +318,7 @@ def _refuse_delayed_upsampling(path: str, g, spec: Streaming, pulse: int, workdi
                                timeout: float) -> None:
     """Pulse a probe archive whose outputs are the inputs of the upsampling ops: one that
     receives a delayed stream is refused (tract would report a wrong delay)."""
-    from .writer import write
+    from t2n.write.writer import write
 
     producer = {id(o): op for op in g.live_ops() for o in op.outputs}
     ups, sources = [], []

@@ -28,7 +28,7 @@ import tempfile
 
 import torch
 
-from .check import DEFAULT_ATOL, DEFAULT_RTOL
+from t2n.check.compare import DEFAULT_ATOL, DEFAULT_RTOL
 
 
 class FunctionModule(torch.nn.Module):
@@ -56,8 +56,8 @@ def assert_exports(model, args, *, rtol: float = DEFAULT_RTOL, atol: float = DEF
     bools exactly. Returns the :class:`~t2n.api.ExportResult`.
     """
     __tracebackhide__ = True  # pytest: show the failure at the caller's line
-    from .api import _as_args, check_archive_sets, export
-    from .errors import CheckFailedError, TractError
+    from t2n.api import _as_args, check_archive_sets, export
+    from t2n.errors import CheckFailedError, TractError
 
     what = type(model).__name__ if not isinstance(model, (str, os.PathLike)) else str(model)
     with tempfile.TemporaryDirectory(prefix="t2n-test-") as d:
@@ -118,7 +118,7 @@ def _where(error) -> str:
 def _keep_root() -> str | None:
     """$T2N_KEEP_FAILED, created if missing. Archives go into new ``failed-*`` folders
     inside it, so nothing there is ever replaced; a path that is not a folder is refused."""
-    from .errors import OutputPathError
+    from t2n.errors import OutputPathError
 
     keep = os.environ.get("T2N_KEEP_FAILED")
     if not keep:
@@ -149,7 +149,7 @@ def tract_ops(archive, symbols: dict | None = None) -> dict[str, int]:
     to ``symbols``, else 1), from one profiled run in a child process: pins what tract makes
     of an archive, e.g. that no ``Cast`` of a weight or ``OptMatMulPack`` of a constant is
     left to run at every inference."""
-    from .tract_cost import profile_in_child
+    from t2n.check.tract_cost import profile_in_child
 
     cost, msg = profile_in_child(archive, symbols or {})
     if cost is None:

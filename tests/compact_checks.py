@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 import t2n
-from t2n import tract_runner
+from t2n.check import tract_runner
 
 
 def layers(result):

@@ -43,7 +43,7 @@ def _dat_files_read_back(monkeypatch):
     """
     import nnef
     import numpy as np
-    import t2n.writer as writer
+    import t2n.write.writer as writer
 
     original = writer.write
 
@@ -127,9 +127,9 @@ def _one_tract_child_per_test_process():
     every export without a check proves, runs tract in one long-lived child per test
     process instead of a new interpreter per run (about 0.3 s of CPU each, most of
     the suite's time otherwise); a crash or a hang still fails only the run that caused it,
-    and the next run starts a fresh child. ``t2n.tract_runner``'s own tests call
+    and the next run starts a fresh child. ``t2n.check.tract_runner``'s own tests call
     ``run_in_child`` directly and keep exercising the per-run child."""
-    from t2n import tract_runner
+    from t2n.check import tract_runner
 
     worker = tract_runner.TractWorker(timeout=600)
     original = tract_runner.run_in_tract, tract_runner.run_sets_in_tract
@@ -140,7 +140,7 @@ def _one_tract_child_per_test_process():
     def run_sets_in_tract(archive, sets, timeout=600):
         return worker.run_sets(archive, sets)
 
-    def load_in_tract(archive, timeout=600):  # the load every export proves (t2n.load_check)
+    def load_in_tract(archive, timeout=600):  # the load every export proves (t2n.check.load)
         worker.load(archive)
 
     original_load = tract_runner.load_in_tract

@@ -79,7 +79,7 @@ def op_key(op) -> str:
 # integer and bool outputs always compare exactly. Integer/bool inputs often give float32
 # outputs (cos of an int64 tensor), which get float32's tolerances.
 # bfloat16 samples run inside a float32 model (tract has no bf16 inputs): the module takes
-# their values as float32 inputs and casts them to bfloat16 first (t2n/bf16_values.py);
+# their values as float32 inputs and casts them to bfloat16 first (t2n/walk/bf16_values.py);
 # a bf16 ulp is 2**-8 relative, and reductions/products accumulate in another order
 DTYPES = {"float32": (torch.float32, 1e-4, 1e-5), "float16": (torch.float16, 1e-2, 1e-3),
           "int64": (torch.int64, 1e-4, 1e-5), "bool": (torch.bool, 1e-4, 1e-5),
@@ -199,9 +199,9 @@ def run_sample(op, sample, worker, workdir: str, rtol=1e-4, atol=1e-5,
     ``atol + rtol * |torch|``."""
     import t2n
     from t2n.api import torch_outputs
-    from t2n.check import compare
+    from t2n.check.compare import compare
     from t2n.errors import T2NError, TraceError
-    from t2n.tract_runner import TractRunError
+    from t2n.check.tract_runner import TractRunError
 
     case = build_case(op, sample)
     if isinstance(case, str):

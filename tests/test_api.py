@@ -100,7 +100,7 @@ def test_assert_exports_passes_and_checks_more_inputs(mlp):
 
 
 def test_assert_exports_fails_with_per_output_figures(mlp, monkeypatch, tmp_path):
-    import t2n.tract_runner as tr
+    import t2n.check.tract_runner as tr
 
     real = tr.run_sets_in_tract
     monkeypatch.setattr(tr, "run_sets_in_tract",

@@ -1,4 +1,4 @@
-"""Differential tests for the transformer ops of op_mappings/attention.py, each exported
+"""Differential tests for the transformer ops of t2n/mappings/attention.py, each exported
 once with a static shape and once with dynamic axes run at two other sizes."""
 
 import pytest

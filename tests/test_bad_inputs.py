@@ -164,7 +164,7 @@ def test_nan_and_inf_outputs_are_compared_and_reported(out):
 def test_nan_where_torch_has_a_number_fails_the_check(out, monkeypatch):
     import numpy as np
 
-    import t2n.tract_runner as tr
+    import t2n.check.tract_runner as tr
 
     real = tr.run_sets_in_tract
 
@@ -197,7 +197,7 @@ def test_unwritable_output_path(where, tmp_path):
 
 
 def _fail_after_first_member(exc):
-    import t2n.writer as w
+    import t2n.write.writer as w
 
     real = w._members
 
@@ -211,7 +211,7 @@ def _fail_after_first_member(exc):
 
 @pytest.mark.parametrize("name", ["m.nnef.tgz", "m.nnef.tar", "m.nnef"])
 def test_disk_full_leaves_nothing(name, out, monkeypatch):
-    import t2n.writer as w
+    import t2n.write.writer as w
 
     monkeypatch.setattr(w, "_members", _fail_after_first_member(
         OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))))
@@ -222,7 +222,7 @@ def test_disk_full_leaves_nothing(name, out, monkeypatch):
 
 @pytest.mark.parametrize("name", ["m.nnef.tgz", "m.nnef"])
 def test_ctrl_c_during_export_leaves_nothing(name, out, monkeypatch):
-    import t2n.writer as w
+    import t2n.write.writer as w
 
     (out / "keep.txt").write_text("unrelated")
     monkeypatch.setattr(w, "_members", _fail_after_first_member(KeyboardInterrupt()))
@@ -233,7 +233,7 @@ def test_ctrl_c_during_export_leaves_nothing(name, out, monkeypatch):
 
 
 def test_ctrl_c_keeps_an_existing_archive(out, monkeypatch):
-    import t2n.writer as w
+    import t2n.write.writer as w
 
     target = out / "m.tgz"
     assert t2n("export", "cli_models:make_mlp", "-o", target, "--input", "x:2x8:f32",

@@ -1,4 +1,4 @@
-"""bfloat16 values inside float32 and float16 models (t2n/bf16_values.py): a cast to bf16
+"""bfloat16 values inside float32 and float16 models (t2n/walk/bf16_values.py): a cast to bf16
 rounds exactly as PyTorch's, every later op with a bf16 result is rounded once as PyTorch's
 CPU kernels round it, ops PyTorch computes step by step in bf16 are refused naming the op,
 and a float model's bf16 buffer is used as PyTorch promotes it."""

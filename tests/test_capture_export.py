@@ -11,7 +11,7 @@ import torch
 import t2n
 from t2n.errors import TraceError, UsageError
 from t2n.testing import FunctionModule, assert_exports
-from t2n.tract_runner import run_in_tract
+from t2n.check.tract_runner import run_in_tract
 
 
 class Branchy(torch.nn.Module):
@@ -175,7 +175,7 @@ def test_scripted_control_flow_is_refused_by_the_trace_and_exported_by_export(tm
 def test_the_failing_line_is_found_when_torch_quotes_no_stack():
     """torch.export's message does not always quote the user's stack (it depends on what
     the process ran before): the line then comes from the exception's own traceback."""
-    from t2n.export_capture import _user_line
+    from t2n.capture.torch_export import _user_line
 
     def forward():
         raise RuntimeError("Could not guard on data-dependent expression Eq(u0, 1)")

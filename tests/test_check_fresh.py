@@ -1,5 +1,5 @@
 """The check proves the graph, not one replay: besides the example it runs fresh inputs of
-the same shapes and the dynamic axes at another size (t2n.check_sets, t2n.fresh_inputs),
+the same shapes and the dynamic axes at another size (t2n.check.input_sets, t2n.check.fresh_inputs),
 and it fails outputs that depend on no input unless they are declared constant."""
 
 import json
@@ -15,7 +15,7 @@ from click.testing import CliRunner
 import cli_models
 import t2n
 from t2n.cli import cli
-from t2n.fresh_inputs import FreshInputs
+from t2n.check.fresh_inputs import FreshInputs
 from t2n.testing import assert_exports
 
 HERE = os.path.dirname(os.path.abspath(__file__))

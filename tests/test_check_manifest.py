@@ -123,7 +123,7 @@ def test_one_broken_entry_fails_the_run_and_the_others_still_run(tmp_path):
 
 
 def test_mismatch_is_a_failure_entry(tmp_path, monkeypatch):
-    import t2n.checkrun as cr
+    import t2n.check.manifest_run as cr
 
     manifest = write_manifest(tmp_path, """
         [[model]]
@@ -225,7 +225,7 @@ def test_keep_holds_a_failing_archive_under_its_own_name(tmp_path):
 @pytest.mark.parametrize("what", ["keep", "junit", "json"])
 def test_paths_the_run_would_write_over_user_files_are_refused(tmp_path, what):
     # nothing runs and nothing changes: --keep's archives and the reports replace only
-    # what t2n wrote there before (t2n.output_paths)
+    # what t2n wrote there before (t2n.write.output_paths)
     manifest = write_manifest(tmp_path, """
         [[model]]
         name = "mlp"

@@ -141,7 +141,7 @@ def test_dynamic_axis_from_the_command_line(tmp_path):
 
 
 def test_failed_check_exits_1_with_figures(tmp_path, monkeypatch):
-    import t2n.tract_runner as tr
+    import t2n.check.tract_runner as tr
 
     real = tr.run_sets_in_tract
     monkeypatch.setattr(tr, "run_sets_in_tract",
@@ -155,7 +155,7 @@ def test_failed_check_exits_1_with_figures(tmp_path, monkeypatch):
 
 def test_failed_check_leaves_the_output_path_as_it_was(tmp_path, monkeypatch):
     # a build step that ships whatever sits at OUT must not find a wrong archive there
-    import t2n.tract_runner as tr
+    import t2n.check.tract_runner as tr
 
     fresh, kept = tmp_path / "new.nnef.tar", tmp_path / "kept.tgz"
     ok = run_cli("export", "cli_models:make_mlp", "-o", kept, "--input", "x:3x8:f32")
@@ -179,7 +179,7 @@ def test_failed_check_leaves_the_output_path_as_it_was(tmp_path, monkeypatch):
 
 
 def test_tract_refusal_is_a_failed_check(tmp_path, monkeypatch):
-    import t2n.tract_runner as tr
+    import t2n.check.tract_runner as tr
 
     def refuse(*a, **k):
         raise tr.TractRunError("tract crashed (exit code -6): panicked at ...", crashed=True)

@@ -12,7 +12,7 @@ import torch.nn.utils.prune as prune
 from batch_norms import random_batch_norms
 
 import t2n
-from t2n import tract_runner
+from t2n.check import tract_runner
 
 
 def _layers(result):

@@ -1,5 +1,5 @@
 """bfloat16 models export with an explicit compute dtype (``dtype="f32"`` / ``"f16"``,
-t2n/compute_dtype.py): tract matches PyTorch run in that dtype, weights are converted while
+t2n/walk/compute_dtype.py): tract matches PyTorch run in that dtype, weights are converted while
 written, the user's model stays bf16, and a bf16 model without the choice is refused."""
 
 from __future__ import annotations

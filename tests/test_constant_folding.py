@@ -108,8 +108,8 @@ def test_a_constant_is_never_taken_for_a_freed_tensor_with_the_same_id():
     # weight). Keyed tensors are kept alive, and a key whose tensor is another one misses.
     import weakref
 
-    from t2n.builder import Graph
-    from t2n.walker import Walker
+    from t2n.walk.builder import Graph
+    from t2n.walk.walker import Walker
 
     w = Walker(Graph(), None, {})
     first = torch.randn(2, 80, 4)

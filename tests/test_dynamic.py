@@ -221,7 +221,7 @@ def test_cli_dynamic_flag(tmp_path):
 
     import cli_models
     from t2n.cli import cli
-    from t2n.tract_runner import run_in_tract
+    from t2n.check.tract_runner import run_in_tract
 
     out = tmp_path / "m.nnef.tgz"
     res = CliRunner().invoke(cli, ["export", "cli_models:make_mlp", "-o", str(out), "--input",

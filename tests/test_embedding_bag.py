@@ -15,7 +15,7 @@ import torch.nn as nn
 import t2n
 from t2n.errors import UnsupportedOperatorsError
 from t2n.testing import assert_exports
-from t2n.tract_runner import run_in_tract
+from t2n.check.tract_runner import run_in_tract
 
 # every test through both front ends (torch.jit.trace, torch.export): see conftest.capture
 pytestmark = pytest.mark.usefixtures("capture")
@@ -147,7 +147,7 @@ def test_golden_embedding_segments_sum_index_add():
 # ------------------------------------------------------------------ runtime offsets
 @pytest.fixture(scope="module")
 def worker():
-    from t2n.tract_runner import TractWorker
+    from t2n.check.tract_runner import TractWorker
 
     w = TractWorker()
     yield w

@@ -11,7 +11,7 @@ import torch.nn as nn
 from hypothesis import given, settings, strategies as st
 
 import t2n
-from t2n.tract_runner import TractWorker
+from t2n.check.tract_runner import TractWorker
 
 VOCAB, DIM, PAD = 7, 4, 3
 CONFIGS = {

@@ -16,7 +16,8 @@ from click.testing import CliRunner
 
 import extension_ops
 import t2n
-from t2n import extensions, registry
+from t2n import extensions
+from t2n.walk import registry
 from t2n.cli import cli
 from t2n.errors import ConversionError, UnsupportedOperatorsError, UsageError
 from t2n.testing import assert_exports
@@ -110,7 +111,7 @@ def test_pt2e_style_program_exports_with_user_mappings(capture):
 
 
 def test_constant_takes_numpy_torch_and_python_values():
-    from t2n.builder import Graph
+    from t2n.walk.builder import Graph
 
     g = Graph()
     a = g.constant(np.arange(6, dtype=np.int32).reshape(2, 3))
@@ -195,7 +196,7 @@ def test_cli_export_with_extension(tmp_path, monkeypatch):
 
 
 def test_manifest_extensions(tmp_path):
-    from t2n import checkrun, manifest
+    from t2n.check import manifest_run as checkrun, manifest
 
     (tmp_path / "models.toml").write_text(textwrap.dedent(f"""
         pythonpath = [{HERE!r}]

@@ -18,9 +18,9 @@ import torch
 
 import t2n
 from t2n.api import torch_outputs
-from t2n.check import compare
+from t2n.check.compare import compare
 from t2n.errors import T2NError
-from t2n.tract_runner import TractRunError, TractWorker
+from t2n.check.tract_runner import TractRunError, TractWorker
 from t2n.testing import FunctionModule as Fn
 
 _WORKER: TractWorker | None = None

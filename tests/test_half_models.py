@@ -1,5 +1,5 @@
 """Half-precision models (``model.half()``) exported and run in tract match PyTorch's
-float16 outputs within a few f16 ulps (t2n/opmath.py computes what PyTorch's CPU kernels
+float16 outputs within a few f16 ulps (t2n/walk/opmath.py computes what PyTorch's CPU kernels
 compute in f32: convolutions, batch and layer norms, matrix products, softmax, GELU)."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 HEAVY = ["torch._dynamo", "torch._inductor", "torch.onnx", "transformers", "tract", "sympy",
-         "scipy", "click", "hypothesis", "op_mappings", "t2n.tract_runner", "t2n.cli"]
+         "scipy", "click", "hypothesis", "t2n.mappings", "t2n.check.tract_runner", "t2n.cli"]
 
 
 def _loaded(code: str) -> set[str]:
@@ -43,11 +43,11 @@ def test_export_entry_point_loads_nothing_heavy(code):
 def test_static_export_loads_nothing_heavy():
     """Exporting a model without dynamic axes needs neither sympy (symbolic sizes only) nor
     torch's compiler stacks nor tract in this process: the load check runs tract in a child
-    (through t2n.tract_runner, which imports numpy only)."""
+    (through t2n.check.tract_runner, which imports numpy only)."""
     mods = _loaded("import torch, t2n, tempfile, os\n"
                    "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())\n"
                    "d = tempfile.mkdtemp()\n"
                    "t2n.export(m, (torch.randn(2, 8),), os.path.join(d, 'm.tgz'))")
     heavy = sorted(m for m in mods if any(m == h or m.startswith(h + ".") for h in HEAVY
-                                          if h not in ("op_mappings", "t2n.tract_runner")))
+                                          if h not in ("t2n.mappings", "t2n.check.tract_runner")))
     assert heavy == [], heavy

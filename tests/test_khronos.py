@@ -305,7 +305,7 @@ def test_bert_encoder_matches(tmp_path):
 def test_archive_the_parser_refuses_is_not_written(tmp_path, monkeypatch):
     """Without check, a Khronos export is still parsed by nnef.load_graph before it is
     accepted; a refusal names the op and the model's line (the old deconv layout)."""
-    from t2n.load_check import LoadRefusedError
+    from t2n.check.load import LoadRefusedError
     from t2n.targets import capabilities
 
     monkeypatch.setitem(capabilities.KHRONOS, "deconv", capabilities.FLOAT)  # tract's layout

@@ -1,4 +1,4 @@
-"""Small-matrix linear algebra (op_mappings/linalg_small.py and linalg_factor.py): torch eager
+"""Small-matrix linear algebra (t2n/mappings/linalg_small.py and linalg_factor.py): torch eager
 (LAPACK) vs tract.
 
 Cases: batched and broadcast batches, f32 and f64, rectangular LU/QR, pivot ties (LAPACK

@@ -294,7 +294,7 @@ def test_non_finite_inputs_give_nan(tmp_path):
 
     path = str(tmp_path / "nonfinite.nnef.tar")
     t2n.export(Guarded(), (_randn(3, 3, 3),), path)
-    from t2n.tract_runner import run_in_tract
+    from t2n.check.tract_runner import run_in_tract
     outs = run_in_tract(path, [x.numpy()])
     for o in outs:
         o = torch.as_tensor(o)

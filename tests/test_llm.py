@@ -213,7 +213,7 @@ def test_sequence_dependent_rope_is_refused(rope, tmp_path):
 
 
 def test_properties_refuse_what_tract_cannot_parse():
-    from t2n.writer import render_properties
+    from t2n.write.writer import render_properties
 
     assert render_properties({"a": 1, "b": ["x", "y"], "c": "z"})[3] == \
         '  properties = [("a", 1), ("b", ["x", "y"]), ("c", "z")];'
@@ -283,7 +283,7 @@ def test_prompt_logits_match_transformers(logits, tmp_path):
     position's. Both equal transformers' logits of the prompt."""
     import numpy as np
 
-    from t2n.tract_runner import run_in_tract
+    from t2n.check.tract_runner import run_in_tract
 
     torch.manual_seed(0)
     cls = _LlamaWithoutLogitsToKeep if logits == "last_sliced" else transformers.LlamaForCausalLM
@@ -303,7 +303,7 @@ def test_prompt_logits_match_transformers(logits, tmp_path):
 
 
 def test_output_over_a_user_folder_is_refused_before_loading(tmp_path, capsys):
-    # t2n.output_paths: checked before the model is even loaded; nothing changes
+    # t2n.write.output_paths: checked before the model is even loaded; nothing changes
     proj = tmp_path / "proj"
     proj.mkdir()
     (proj / "notes.txt").write_text("mine")

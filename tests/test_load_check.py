@@ -1,4 +1,4 @@
-"""Every export proves its engine loads the archive (t2n.load_check): without ``check`` the
+"""Every export proves its engine loads the archive (t2n.check.load): without ``check`` the
 archive is loaded in tract before it leaves staging, a refusal names the op and line and
 writes nothing; ``check=True`` loads it once (its run); ``verify_load=False`` and
 ``--no-load-check`` skip the proof."""
@@ -11,9 +11,9 @@ from click.testing import CliRunner
 
 import t2n
 import t2n.passes as passes
-from t2n import tract_runner
+from t2n.check import tract_runner
 from t2n.cli import cli
-from t2n.load_check import LoadRefusedError
+from t2n.check.load import LoadRefusedError
 
 
 class Readout(torch.nn.Module):
@@ -102,7 +102,7 @@ def test_opt_out_writes_without_loading(tmp_path, loads, without_the_fix):
     t2n.export(make_readout(), (torch.randn(1, 5, 8),), out, verify_load=False)
     assert loads["load"] == [] and out.is_dir()
     with pytest.raises(tract_runner.TractRunError, match="Trying to substitute"):
-        tract_runner.run_in_child("t2n.tract_runner", "tract", str(out), None)
+        tract_runner.run_in_child("t2n.check.tract_runner", "tract", str(out), None)
 
 
 def test_cli_refusal_exit_code_and_opt_out(tmp_path, without_the_fix):

@@ -1,4 +1,4 @@
-"""t2n.loops on its own: a Loop built by hand (scan inputs both ways, a full input, a
+"""t2n.walk.loops on its own: a Loop built by hand (scan inputs both ways, a full input, a
 state, per-step and last outputs, a weight created inside the body, a nested loop) written
 as fragments and run in tract."""
 
@@ -9,10 +9,10 @@ import pytest
 import sympy
 import torch
 
-from t2n import writer
-from t2n.builder import Graph
-from t2n.loops import Loop
-from t2n.tract_runner import run_in_tract
+from t2n.write import writer
+from t2n.walk.builder import Graph
+from t2n.walk.loops import Loop
+from t2n.check.tract_runner import run_in_tract
 
 
 def _running_sums(g, x, w, step):

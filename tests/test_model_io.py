@@ -9,7 +9,7 @@ import torch
 from click.testing import CliRunner
 
 import t2n
-from t2n import model_io
+from t2n.capture import model_io
 from t2n.cli import cli
 from t2n.testing import assert_exports
 

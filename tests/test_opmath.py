@@ -1,4 +1,4 @@
-"""float16 models compute what PyTorch's CPU kernels compute (t2n/opmath.py's rule table).
+"""float16 models compute what PyTorch's CPU kernels compute (t2n/walk/opmath.py's rule table).
 
 Each case is sized so that a graph computed in f16 by tract is wrong (a variance or a norm
 overflows, a long scan or a wide convolution rounds away, a composite activation loses its

@@ -34,7 +34,7 @@ def test_native_group_norm():
 
 
 # training-mode cases get copies of the running stats: eager PyTorch updates them in place
-# (the exported graph does not, see op_mappings/norm_native.py)
+# (the exported graph does not, see t2n/mappings/normalization_stats.py)
 
 
 def _bn_args():

@@ -1,4 +1,4 @@
-"""What an export may write over (t2n.output_paths): only an archive t2n could have
+"""What an export may write over (t2n.write.output_paths): only an archive t2n could have
 written; a user's folder, file or symbolic link is refused before the trace and at the final
 move, and nothing on disk changes. Each writer (export, the writer itself, keep_failed,
 T2N_KEEP_FAILED) is pinned here; the CLI, ``t2n check`` and ``t2n llm`` in their own files."""
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import t2n
-from t2n import output_paths, staging, writer
+from t2n.write import output_paths, staging, writer
 from t2n.errors import OutputPathError, UsageError
 
 
@@ -242,7 +242,7 @@ def test_final_move_checks_what_it_removes(tmp_path, monkeypatch):
 
 
 def test_writer_applies_the_rule_too(tmp_path):
-    from t2n.builder import Graph
+    from t2n.walk.builder import Graph
 
     proj = _user_project(tmp_path)
     before = snapshot(tmp_path)
@@ -253,7 +253,7 @@ def test_writer_applies_the_rule_too(tmp_path):
 
 # ---------------------------------------------------------------------------- keep_failed
 def _failing_check(monkeypatch):
-    import t2n.tract_runner as tr
+    import t2n.check.tract_runner as tr
 
     real = tr.run_sets_in_tract  # every input set of the check: tract's outputs off by one
     monkeypatch.setattr(tr, "run_sets_in_tract",
@@ -319,7 +319,7 @@ def test_t2n_keep_failed_must_be_a_folder(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------- reports
 def test_reports_replace_only_their_own_kind():
-    from t2n.checkrun import _json_looks_ours, _junit_looks_ours
+    from t2n.check.manifest_run import _json_looks_ours, _junit_looks_ours
 
     assert _junit_looks_ours(b"<?xml version='1.0' encoding='utf-8'?>\n"
                              b'<testsuites name="t2n" tests="1">')

@@ -4,7 +4,7 @@ transposed weights kept as views, and traced graphs typed without a second run."
 
 import torch
 
-from t2n import script_types
+from t2n.capture import script_types
 from t2n.api import export_graph
 from t2n.passes import fold_affine, fold_affine_input, fold_scale, rewrite
 from t2n.passes.rewrite import Index

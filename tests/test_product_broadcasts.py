@@ -75,9 +75,9 @@ def test_no_product_reads_a_broadcast(case):
 
 def test_without_the_pass_tract_refuses_the_readout(monkeypatch, tmp_path):
     """Pins the tract behaviour the pass exists for: without it, the export is refused at
-    load (t2n.load_check), naming the linear layer and its line; nothing is written."""
+    load (t2n.check.load), naming the linear layer and its line; nothing is written."""
     import t2n
-    from t2n.load_check import LoadRefusedError
+    from t2n.check.load import LoadRefusedError
 
     monkeypatch.setattr(passes, "PIPELINE",
                         tuple(p for p in passes.PIPELINE if p != "product_broadcasts"))

@@ -208,7 +208,7 @@ def test_qnnpack_conv_and_linear_integers_equal_pytorch(tmp_path, per_channel):
     fresh inputs: the archive's dequantized outputs equal PyTorch's exactly."""
     import numpy as np
 
-    from t2n.tract_runner import run_in_tract
+    from t2n.check.tract_runner import run_in_tract
 
     old = torch.backends.quantized.engine
     torch.backends.quantized.engine = "qnnpack"

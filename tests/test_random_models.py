@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, assume, given, seed, settings
 from hypothesis import strategies as st
 
 import t2n
-from t2n.check import compare
-from t2n.tract_runner import TractRunError, TractWorker
+from t2n.check.compare import compare
+from t2n.check.tract_runner import TractRunError, TractWorker
 
 BUDGET = int(os.environ.get("T2N_RANDOM_MODELS", "100"))
 HUNT_SEED = os.environ.get("T2N_RANDOM_SEED")  # set to explore other models than CI's

@@ -1,4 +1,4 @@
-"""Recurrent layers and cells (op_mappings/recurrent.py) against torch eager, in tract.
+"""Recurrent layers and cells (t2n/mappings/recurrent.py) against torch eager, in tract.
 
 Every option of nn.LSTM / nn.GRU / nn.RNN and their combinations; the time axis dynamic
 (exported once, run at 1, 5 and 300 steps); dynamic batch; cells stepped by Python loops;

@@ -1,7 +1,7 @@
 """TorchScript files from torch.jit.save (traced or scripted) export and check like modules.
 
 Such files carry no tensor types (a saved trace loses them, a scripted module never had them);
-t2n used to fail with an internal "dtype None" error on them (t2n.script_types types them).
+t2n used to fail with an internal "dtype None" error on them (t2n.capture.script_types types them).
 """
 
 import pytest

@@ -9,7 +9,7 @@ import torch
 
 import t2n
 from t2n.testing import assert_exports
-from t2n.tract_runner import run_in_tract
+from t2n.check.tract_runner import run_in_tract
 
 TABLE = [[-0.2, -0.6], [-0.1, -0.4], [-1.9, -1.8], [-1., 1.5], [0.8, -0.7]]
 GOLDEN = [[-1.05, -1.2], [-0.2, -0.6], [-0.1, 0.4]]

@@ -1,4 +1,4 @@
-"""torch.special in tract (op_mappings/special*.py): torch eager vs tract on hand-picked
+"""torch.special in tract (t2n/mappings/special*.py): torch eager vs tract on hand-picked
 edge values (0, +-tiny, branch boundaries of the Cephes approximations, overflow thresholds
 of torch's float kernels, +-inf, NaN), in f32 and f64. Each group is one export whose
 outputs are named after the cases (see ``opcases.py``)."""

@@ -473,7 +473,7 @@ def test_check_manifest_streaming_entry(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     good = tmp_path / "models.toml"
     good.write_text(f'pythonpath = ["{root}"]\n[[model]]\nname = "kws"\n'
-                    'model = "fixtures.kws:make_kws"\ninputs = ["x:1x1x16x24:f32"]\n'
+                    'model = "tests.fixtures.kws:make_kws"\ninputs = ["x:1x1x16x24:f32"]\n'
                     'dynamic = ["x:3=S"]\nstream = "S"\npulse = 4\n')
     out = tmp_path / "r.json"
     res = CliRunner().invoke(cli, ["check", str(good), "--json", str(out)])

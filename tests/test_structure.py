@@ -1,6 +1,6 @@
 """The layout rules of docs/architecture.md, checked on the source: no import cycle in t2n/
-or op_mappings/, op families never import each other (only the registry, the builder layer
-and op_mappings/helpers), helpers never import a family, and no module over 600 lines. The
+(t2n/mappings/ included), op families never import each other (only the registry, the builder layer
+and t2n/mappings/helpers), helpers never import a family, and no module over 600 lines. The
 documentation's layout too: README.md stays a quick start (at most 15,000 characters, the
 manual lives in docs/), and every relative link of README.md, CHANGELOG.md and docs/*.md reaches a file
 and, with a ``#fragment``, a heading of it.
@@ -18,17 +18,17 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("t2n", "op_mappings")
+PACKAGES = ("t2n",)  # the one installed package; op families live in t2n.mappings
 MAX_LINES = 600
 # what an op family may import from the engine: the registry and the builder layer (the
-# graph, its tensor handles, loops, dtypes, errors); not t2n.nnef_text: mappings never
+# graph, its tensor handles, loops, dtypes, errors); not t2n.write.nnef_text: mappings never
 # write NNEF text
-FAMILY_MAY_IMPORT = {"t2n.registry", "t2n.builder", "t2n.tensors", "t2n.loops", "t2n.dtypes",
-                     "t2n.errors"}
+FAMILY_MAY_IMPORT = {"t2n.walk.registry", "t2n.walk.builder", "t2n.walk.tensors",
+                     "t2n.walk.loops", "t2n.dtypes", "t2n.errors"}
 
 
 def _modules() -> dict[str, str]:
-    """{dotted module name: path} for every .py file under the two packages."""
+    """{dotted module name: path} for every .py file of the package."""
     out = {}
     for pkg in PACKAGES:
         for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, pkg)):
@@ -51,7 +51,7 @@ def _is_package(mod: str) -> bool:
 
 
 def _imports(mod: str) -> set[str]:
-    """The modules of the two packages that ``mod`` imports (anywhere in its body)."""
+    """The modules of the package that ``mod`` imports (anywhere in its body)."""
     tree = ast.parse(open(MODULES[mod], encoding="utf-8").read(), MODULES[mod])
     here = mod if _is_package(mod) else mod.rpartition(".")[0]
     out = set()
@@ -82,12 +82,12 @@ GRAPH = {m: _imports(m) for m in MODULES}
 
 
 def _family(mod: str) -> str | None:
-    """The op family a module belongs to (``op_mappings.<family>`` or a module of the
-    ``op_mappings/<family>/`` package), None for the helpers layer and the package itself."""
+    """The op family a module belongs to (``t2n.mappings.<family>`` or a module of the
+    ``t2n/mappings/<family>/`` package), None for the helpers layer and the package itself."""
     parts = mod.split(".")
-    if parts[0] != "op_mappings" or len(parts) < 2 or parts[1] == "helpers":
+    if parts[:2] != ["t2n", "mappings"] or len(parts) < 3 or parts[2] == "helpers":
         return None
-    return parts[1]
+    return parts[2]
 
 
 def _cycles() -> list[list[str]]:
@@ -123,10 +123,10 @@ def _cycles() -> list[list[str]]:
 
 def test_the_checker_sees_the_layout():
     """Guards the checks below against passing on an empty or misread tree."""
-    assert {"t2n.api", "t2n.walker", "t2n.builder", "t2n.passes", "op_mappings.gather",
-            "op_mappings.helpers.indexing"} <= set(MODULES)
-    assert "t2n.builder" in GRAPH["t2n.walker"]
-    assert "op_mappings.helpers.indexing" in GRAPH["op_mappings.gather"]
+    assert {"t2n.api", "t2n.walk.walker", "t2n.walk.builder", "t2n.passes", "t2n.mappings.gather",
+            "t2n.mappings.helpers.indexing"} <= set(MODULES)
+    assert "t2n.walk.builder" in GRAPH["t2n.walk.walker"]
+    assert "t2n.mappings.helpers.indexing" in GRAPH["t2n.mappings.gather"]
     assert "t2n.passes" in GRAPH["t2n.api"]
 
 
@@ -143,22 +143,22 @@ def test_op_families_import_only_registry_builder_and_helpers():
         if fam is None:
             continue
         for dep in sorted(deps):
-            if dep.startswith("op_mappings.helpers") or dep in FAMILY_MAY_IMPORT:
+            if dep.startswith("t2n.mappings.helpers") or dep in FAMILY_MAY_IMPORT:
                 continue
             if _family(dep) == fam:  # modules of one family package
                 continue
             bad.append(f"{mod} imports {dep}")
-    assert not bad, ("op families may import only t2n.registry, the builder layer "
-                     f"({', '.join(sorted(FAMILY_MAY_IMPORT))}) and op_mappings.helpers; "
-                     "move a shared helper into op_mappings/helpers/ or call another op's "
-                     "mapping through t2n.registry.lookup:\n  " + "\n  ".join(bad))
+    assert not bad, ("op families may import only t2n.walk.registry, the builder layer "
+                     f"({', '.join(sorted(FAMILY_MAY_IMPORT))}) and t2n.mappings.helpers; "
+                     "move a shared helper into t2n/mappings/helpers/ or call another op's "
+                     "mapping through t2n.walk.registry.lookup:\n  " + "\n  ".join(bad))
 
 
 def test_helpers_never_import_a_family_or_the_engine_above_the_builder():
     bad = [f"{mod} imports {dep}" for mod, deps in sorted(GRAPH.items())
-           if mod.startswith("op_mappings.helpers") for dep in sorted(deps)
-           if _family(dep) is not None or dep == "op_mappings"
-           or (dep.startswith("t2n") and dep not in FAMILY_MAY_IMPORT)]
+           if mod.startswith("t2n.mappings.helpers") for dep in sorted(deps)
+           if _family(dep) is not None or dep == "t2n.mappings"
+           or (not dep.startswith("t2n.mappings.helpers") and dep not in FAMILY_MAY_IMPORT)]
     assert not bad, "helpers sit below the families:\n  " + "\n  ".join(bad)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 import t2n
-from t2n.tract_runner import TractRunError, TractWorker, run_in_tract
+from t2n.check.tract_runner import TractRunError, TractWorker, run_in_tract
 
 
 class Double(torch.nn.Module):
@@ -30,7 +30,7 @@ def test_stray_modules_in_the_current_folder_do_not_reach_the_child(tmp_path):
     (work / "numpy.py").write_text("raise SystemExit('shadowed numpy')\n")
     code = ("import sys; sys.path = [p for p in sys.path if p not in ('', '.')]\n"
             "import numpy as np\n"
-            "from t2n.tract_runner import run_in_tract\n"
+            "from t2n.check.tract_runner import run_in_tract\n"
             f"out = run_in_tract({os.path.relpath(path, work)!r}, [np.ones((2, 3), np.float32)])\n"
             "print(out[0].sum())\n")
     p = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True)

@@ -14,7 +14,7 @@ import t2n
 from t2n.cli import cli
 from t2n.errors import UsageError
 from t2n.testing import tract_ops
-from t2n.weight_formats import Q4_BLOCK, q4_0_blocks
+from t2n.write.weight_formats import Q4_BLOCK, q4_0_blocks
 
 
 class Mixed(torch.nn.Module):
@@ -156,7 +156,7 @@ def test_q4_0_tied_table_and_transposed_weight_with_dynamic_axis(tmp_path):
     graph = (path / "graph.nnef").read_text()
     assert "datum_type = 'f32'" in graph  # gathers from a block table name their type
     from t2n.api import check_archive
-    from t2n.weight_check import rounded_copy
+    from t2n.check.compressed import rounded_copy
 
     g = t2n.api.export_graph(m, (ids,), weights="q4_0")
     ref = rounded_copy(m, g)

@@ -16,9 +16,10 @@ import pytest
 import torch
 
 import t2n
-from t2n import gzstream, progress
+from t2n.write import gzstream
+from t2n import progress
 from t2n.testing import assert_exports
-from t2n.writer import output_kind
+from t2n.write.writer import output_kind
 
 KINDS = ["model.nnef", "model.nnef.tar", "model.nnef.tgz"]
 
@@ -109,7 +110,7 @@ def test_weights_stream_without_copies(tmp_path, kind):
 
 
 def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
-    from t2n import writer
+    from t2n.write import writer
 
     def boom(*a, **k):
         raise OSError(28, "No space left on device")
@@ -282,7 +283,7 @@ def test_tied_weight_written_once(tmp_path):
     lambda: torch.randn(6, 8).half().t()[1:5],
 ], ids=["t", "permute3d", "strided1d", "empty", "int64", "f16-slice"])
 def test_strided_weight_bytes_in_small_pieces(monkeypatch, make):
-    from t2n import writer
+    from t2n.write import writer
 
     monkeypatch.setattr(writer, "WRITE_SLICE", 40)  # force row splitting and recursion
     t = make()
@@ -324,7 +325,7 @@ class _Convs(torch.nn.Module):
 def test_default_arguments_left_out_of_graph_text(tmp_path):
     # a conv's border/stride/dilation/groups equal to the stdlib default are not written
     # (tract's parser spends per literal); the other values are, and tract computes the same
-    from t2n.stdlib_defaults import explicit_attrs
+    from t2n.write.stdlib_defaults import explicit_attrs
 
     attrs = {"border": "constant", "padding": [(0, 0)], "stride": [1, 1], "dilation": [1, 2],
              "groups": 1}
@@ -362,7 +363,7 @@ class _Stack(torch.nn.Module):
 
 def test_literal_lists_move_into_shared_fragments(tmp_path):
     # tract's parser spends several times more on a literal nested in a call than on a plain
-    # argument: for tract the graph body holds none (t2n.shallow_text); ops of one kind and
+    # argument: for tract the graph body holds none (t2n.write.shallow_text); ops of one kind and
     # geometry share one fragment; tract computes the same; Khronos keeps the plain lines
     from t2n.archive_info import inspect_archive
 

@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import opinfo_harness as H  # noqa: E402
-from t2n.tract_runner import TractWorker  # noqa: E402
+from t2n.check.tract_runner import TractWorker  # noqa: E402
 
 
 def default_out(capture: str) -> str:

@@ -1,6 +1,6 @@
 """Graph passes: graph-to-graph rewrites run on the NNEF graph after the walk.
 
-The walk (capture -> walker -> op mappings) builds a :class:`t2n.builder.Graph`; the passes
+The walk (capture -> walker -> op mappings) builds a :class:`t2n.walk.builder.Graph`; the passes
 then rewrite it in place, in the order of :data:`PIPELINE`, before the writer serialises it.
 Passes are where work that needs the whole graph goes (channel compaction for pruned models,
 batch-norm folding, fusions into tract's fused ops, streaming forms, target lowering), so
@@ -97,7 +97,7 @@ def options() -> frozenset[str]:
 
 def run_pipeline(g, ctx: PassContext) -> None:
     """Run every pass of the pipeline on ``g``, in order."""
-    from ..stopwatch import phase
+    from t2n.stopwatch import phase
 
     for p in pipeline():
         with phase(p.name):

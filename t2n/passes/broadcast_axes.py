@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import string
 
-from .. import dtypes
-from ..builder import Graph, Op, Tensor
-from ..weight_formats import Q4Storage
-from . import GraphPass, PassContext
-from .rewrite import einsum_specs
+from t2n import dtypes
+from t2n.walk.builder import Graph, Op, Tensor
+from t2n.write.weight_formats import Q4Storage
+from t2n.passes import GraphPass, PassContext
+from t2n.passes.rewrite import einsum_specs
 
 _BATCH = "abcdefghijlopqrstuvwxyz"  # batch labels of a matmul (m, k, n are its matrix axes)
 

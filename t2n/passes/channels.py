@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..builder import Graph, Op, Tensor
+from t2n.walk.builder import Graph, Op, Tensor
 
 # Element-wise NNEF ops, evaluated with torch on the per-channel constants of a zeroed
 # channel: fn(operands, attrs). An op not listed here ends the chain (nothing compacted).

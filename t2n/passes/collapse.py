@@ -18,9 +18,9 @@ exports are left alone, like the other layout passes.
 
 from __future__ import annotations
 
-from ..builder import Graph, Op, Tensor
-from . import GraphPass
-from .rewrite import Index, enabled, replace_uses
+from t2n.walk.builder import Graph, Op, Tensor
+from t2n.passes import GraphPass
+from t2n.passes.rewrite import Index, enabled, replace_uses
 
 # binary ops that broadcast their operands (NumPy rules, equal ranks) in tract
 _BROADCASTING = frozenset({"add", "sub", "mul", "div", "pow", "max", "min", "and", "or",

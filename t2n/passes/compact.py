@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..builder import Graph, Op, Tensor
-from . import GraphPass, PassContext, compact_layout, compact_region, compact_values
-from .channels import (CONV_KINDS, conv_bias, linear_bias_add, linear_weight, op_order,
+from t2n.walk.builder import Graph, Op, Tensor
+from t2n.passes import GraphPass, PassContext, compact_layout, compact_region, compact_values
+from t2n.passes.channels import (CONV_KINDS, conv_bias, linear_bias_add, linear_weight, op_order,
                        per_channel, set_conv_bias, tensor_uses, variable_label, weight_layers)
 
 

@@ -26,7 +26,7 @@ features of the removed channels' blocks.
 
 from __future__ import annotations
 
-from ..builder import Op, Tensor
+from t2n.walk.builder import Op, Tensor
 
 _REDUCE = ("mean_reduce", "max_reduce", "min_reduce")
 POOLING = ("max_pool", "avg_pool")

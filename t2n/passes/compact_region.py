@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..builder import Graph, Op, Tensor
-from . import compact_layout, compact_values
-from .channels import (CONV_KINDS, ELEMENTWISE, conv_bias, conv_bias_vector, is_const,
+from t2n.walk.builder import Graph, Op, Tensor
+from t2n.passes import compact_layout, compact_values
+from t2n.passes.channels import (CONV_KINDS, ELEMENTWISE, conv_bias, conv_bias_vector, is_const,
                        is_output, linear_weight, per_channel)
 
 

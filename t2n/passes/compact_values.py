@@ -28,8 +28,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..builder import Op
-from .channels import ARITY, CONV_KINDS, ELEMENTWISE, conv_bias_vector, per_channel
+from t2n.walk.builder import Op
+from t2n.passes.channels import ARITY, CONV_KINDS, ELEMENTWISE, conv_bias_vector, per_channel
 
 _REDUCE = {"mean_reduce": torch.mean, "max_reduce": torch.amax, "min_reduce": torch.amin}
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicated": "replicate"}

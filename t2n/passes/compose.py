@@ -24,9 +24,9 @@ import math
 
 import torch
 
-from ..builder import Graph, Op, Tensor, format_float
-from . import GraphPass
-from .rewrite import Index, TextFragment, const, may_fold_weights, scalar_const
+from t2n.walk.builder import Graph, Op, Tensor, format_float
+from t2n.passes import GraphPass
+from t2n.passes.rewrite import Index, TextFragment, const, may_fold_weights, scalar_const
 
 
 def run(g: Graph, ctx) -> None:

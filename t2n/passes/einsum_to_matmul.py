@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import re
 
-from ..builder import Graph, Op, Tensor
-from ..dtypes import tract_name
-from . import GraphPass
-from .rewrite import enabled
+from t2n.walk.builder import Graph, Op, Tensor
+from t2n.dtypes import tract_name
+from t2n.passes import GraphPass
+from t2n.passes.rewrite import enabled
 
 _EXPR = re.compile(r"^([a-zA-Z]+),([a-zA-Z]+)->([a-zA-Z]+)$")
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import torch
 
-from ..builder import Graph, Op, Tensor
-from . import GraphPass
-from .rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector, const,
-                      derived, enabled, float64, read_elsewhere, scaled_weight)
+from t2n.walk.builder import Graph, Op, Tensor
+from t2n.passes import GraphPass
+from t2n.passes.rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector,
+                                const, derived, enabled, float64, read_elsewhere, scaled_weight)
 
 
 def run(g: Graph, ctx) -> None:

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import torch
 
-from ..builder import Graph, Op, Tensor
-from . import GraphPass
-from .rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector, derived,
-                      enabled, float64, scalar_const, read_elsewhere, scaled_weight)
+from t2n.walk.builder import Graph, Op, Tensor
+from t2n.passes import GraphPass
+from t2n.passes.rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector,
+                                derived, enabled, float64, scalar_const, read_elsewhere,
+                                scaled_weight)
 
 _LAYOUT = ("reshape", "transpose", "slice", "squeeze", "unsqueeze", "copy")
 

@@ -17,9 +17,9 @@ their labels (see ``broadcast_axes``, which rewrites those products).
 
 from __future__ import annotations
 
-from ..builder import Graph, Op, Tensor
-from . import GraphPass
-from .rewrite import Index, channel_vector, derived, may_fold_weights, read_elsewhere
+from t2n.walk.builder import Graph, Op, Tensor
+from t2n.passes import GraphPass
+from t2n.passes.rewrite import Index, channel_vector, derived, may_fold_weights, read_elsewhere
 
 
 def run(g: Graph, ctx) -> None:

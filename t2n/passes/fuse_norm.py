@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import torch
 
-from ..builder import Graph, Op, Tensor
-from . import GraphPass
-from .rewrite import Index, enabled, scalar_const
+from t2n.walk.builder import Graph, Op, Tensor
+from t2n.passes import GraphPass
+from t2n.passes.rewrite import Index, enabled, scalar_const
 
 
 def run(g: Graph, ctx) -> None:

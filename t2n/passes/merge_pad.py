@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 
-from ..builder import Graph, Op
-from . import GraphPass
-from .rewrite import Index, enabled
+from t2n.walk.builder import Graph, Op
+from t2n.passes import GraphPass
+from t2n.passes.rewrite import Index, enabled
 
 
 def run(g: Graph, ctx) -> None:

@@ -20,9 +20,9 @@ full shapes).
 
 from __future__ import annotations
 
-from ..builder import Graph, Tensor
-from . import GraphPass
-from .rewrite import enabled
+from t2n.walk.builder import Graph, Tensor
+from t2n.passes import GraphPass
+from t2n.passes.rewrite import enabled
 
 
 def run(g: Graph, ctx) -> None:

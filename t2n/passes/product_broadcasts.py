@@ -29,17 +29,17 @@ written on un-broadcast operands, in the algebra the broadcast implies:
   op absorbs the broadcast and nothing changes.
 
 A contracted axis no other operand has (an einsum summing a broadcast copy away) is left as
-it is; the load check (t2n.load_check) refuses the archive then, naming the op.
+it is; the load check (t2n.check.load) refuses the archive then, naming the op.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..builder import Graph, Op, Tensor, broadcast_shapes
-from . import GraphPass, PassContext
-from .channels import ELEMENTWISE
-from .rewrite import Index, derived, einsum_specs
+from t2n.walk.builder import Graph, Op, Tensor, broadcast_shapes
+from t2n.passes import GraphPass, PassContext
+from t2n.passes.channels import ELEMENTWISE
+from t2n.passes.rewrite import Index, derived, einsum_specs
 
 PRODUCTS = ("matmul", "linear", "tract_core_einsum")
 # the compose fragments that are element-wise (t2n.passes.compose)

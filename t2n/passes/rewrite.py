@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..builder import Graph, Op, Tensor, _flatten
+from t2n.walk.builder import Graph, Op, Tensor, _flatten
 
 OPTION = "optimize"
 
@@ -283,7 +283,7 @@ def derived(g: Graph, like: Tensor | None, data: torch.Tensor, suffix: str | Non
     the label's last component (``conv.weight`` -> ``conv.bias``). ``scaled``: ``data`` is
     ``like`` (same shape) times a broadcast factor; ``g.scaled_from`` then records the
     tensor it scales (``like``'s own source when ``like`` was scaled too), which is what
-    t2n.weight_formats and t2n.weight_check read; ``g.folded`` holds every derived
+    t2n.write.weight_formats and t2n.check.compressed read; ``g.folded`` holds every derived
     variable (for the report of a compressed format). ``view``: ``data`` is a layout view
     (a transpose) of ``like``'s data, which no other variable in use shares: the variable
     keeps the view, and the writer writes it in C order a few MB at a time, so no second
@@ -395,7 +395,7 @@ def einsum_specs(op: Op):
 
 class TextFragment:
     """A fragment definition given as NNEF text lines, written before the graph (rendered
-    by t2n.loops): the composites of compose and squeeze_weights' linear forms."""
+    by t2n.walk.loops): the composites of compose and squeeze_weights' linear forms."""
 
     def __init__(self, name: str, params: str, results: str, body: list[str]):
         self.name = name

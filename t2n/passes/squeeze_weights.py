@@ -23,10 +23,10 @@ their storage was planned on.
 
 from __future__ import annotations
 
-from .. import dtypes
-from ..builder import Graph, Op, Tensor
-from . import GraphPass, PassContext
-from .rewrite import Index, TextFragment, einsum_specs, may_fold_weights
+from t2n import dtypes
+from t2n.walk.builder import Graph, Op, Tensor
+from t2n.passes import GraphPass, PassContext
+from t2n.passes.rewrite import Index, TextFragment, einsum_specs, may_fold_weights
 
 _BATCH = "abcdefghijlopqrstuvwxyz"  # batch labels (m, k, n are the matrix axes)
 

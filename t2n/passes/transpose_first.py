@@ -16,9 +16,9 @@ alone) and a single reader are rewritten.
 
 from __future__ import annotations
 
-from ..builder import Graph, Op, Tensor
-from . import GraphPass
-from .rewrite import Index, enabled
+from t2n.walk.builder import Graph, Op, Tensor
+from t2n.passes import GraphPass
+from t2n.passes.rewrite import Index, enabled
 
 
 def run(g: Graph, ctx) -> None:

@@ -25,9 +25,9 @@ for the tract target.
 
 from __future__ import annotations
 
-from ..builder import Graph, Op, Tensor
-from . import GraphPass
-from .rewrite import Index, enabled, read_elsewhere
+from t2n.walk.builder import Graph, Op, Tensor
+from t2n.passes import GraphPass
+from t2n.passes.rewrite import Index, enabled, read_elsewhere
 
 # tract's CONST_FOLD_MEM_BUDGET (core/src/optim/mod.rs): a shared constant up to this size is
 # folded (and packed) anyway

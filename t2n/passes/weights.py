@@ -1,6 +1,6 @@
 """The ``weights`` pass: apply the export's weight format (``weights="f16"`` / ``"q4_0"``).
 
-It runs last, on the final graph, and only decides: :func:`t2n.weight_formats.plan` records
+It runs last, on the final graph, and only decides: :func:`t2n.write.weight_formats.plan` records
 how each variable is stored in ``Graph.storage`` (and adjusts the consumers a block layout
 needs); the writer applies it while streaming the tensors. The report lists what was
 compressed (``ExportResult.extras["weights"]``).
@@ -8,8 +8,8 @@ compressed (``ExportResult.extras["weights"]``).
 
 from __future__ import annotations
 
-from .. import weight_formats
-from . import GraphPass, PassContext
+from t2n.write import weight_formats
+from t2n.passes import GraphPass, PassContext
 
 
 def run(g, ctx: PassContext) -> None:

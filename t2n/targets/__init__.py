@@ -17,16 +17,16 @@ never asks which target it writes for.
 
 from __future__ import annotations
 
-from .base import Target
-from .khronos import KHRONOS
-from .tract import TRACT
+from t2n.targets.base import Target
+from t2n.targets.khronos import KHRONOS
+from t2n.targets.tract import TRACT
 
 TARGETS: dict[str, Target] = {t.name: t for t in (TRACT, KHRONOS)}
 
 
 def get_target(name: str) -> Target:
     """The target called ``name`` (``"tract"`` or ``"khronos"``)."""
-    from ..errors import UsageError
+    from t2n.errors import UsageError
 
     if name not in TARGETS:
         raise UsageError(f"unknown target {name!r}: choose one of {', '.join(TARGETS)}")

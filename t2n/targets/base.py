@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import dtypes
-from ..builder import Graph, Tensor, format_dim
+from t2n import dtypes
+from t2n.walk.builder import Graph, Tensor, format_dim
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class Target:
     ``declares_symbols`` whether dynamic axes are written as ``extension tract_symbol``;
     ``checker`` names the engine the check runs (``"tract"`` or ``"nnef-tools"``);
     ``shallow_text`` whether the writer moves literal lists into shared fragments, which
-    tract's parser reads several times faster (t2n.shallow_text).
+    tract's parser reads several times faster (t2n.write.shallow_text).
     """
 
     name: str

@@ -14,10 +14,10 @@ import math
 
 import torch
 
-from ..builder import Graph, Op, Tensor, _flatten, format_dim
-from ..errors import UnsupportedOperatorsError, UsageError
-from .base import Target
-from .capabilities import COMPARE, FLOAT, LOGICAL, khronos_rule
+from t2n.walk.builder import Graph, Op, Tensor, _flatten, format_dim
+from t2n.errors import UnsupportedOperatorsError, UsageError
+from t2n.targets.base import Target
+from t2n.targets.capabilities import COMPARE, FLOAT, LOGICAL, khronos_rule
 
 _NNEF_TYPE = {torch.float32: "scalar", torch.int64: "integer", torch.bool: "logical"}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Target
+from t2n.targets.base import Target
 
 TRACT = Target(name="tract", extensions=("tract_registry tract_core",), declares_symbols=True,
                checker="tract", shallow_text=True)

@@ -1,0 +1,1 @@
+"""Capture: from a user's model (module, ScriptModule, saved file) to one graph of aten ops."""

@@ -1,0 +1,192 @@
+"""``capture="export"``: the model captured with ``torch.export`` instead of the tracer.
+
+``torch.export.export`` records the ATen ops the model runs, functionalised (in-place ops and
+writes into views become ``slice_scatter``/``copy`` chains), with symbolic sizes for the
+dynamic axes (one ``torch.export.Dim`` per t2n symbol, so two inputs sharing a symbol share
+a Dim) and the guards PyTorch derived. Data-dependent Python control flow is an error here
+(the tracer would freeze it silently), and a guard that pins a dynamic axis is reported as a
+frozen axis. Decompositions run only for ops that have no mapping, so the walker sees the
+same ops the trace path sees wherever t2n maps them.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from t2n.capture import model_io
+from t2n.walk import registry
+from t2n.errors import TraceError, UsageError
+from t2n.capture.model_mode import eval_mode
+from t2n.stopwatch import timed
+
+
+class _Flat(torch.nn.Module):
+    """The user's model called as the binding says, its result flattened to named tensors
+    (:func:`t2n.capture.model_io.flatten`): export sees tensors in and tensors out, whatever the
+    model returns (``ModelOutput``, cache objects that are no pytree)."""
+
+    def __init__(self, model, binding):
+        super().__init__()
+        self.model = model
+        self.binding = binding
+        names: list[str] = []
+
+        def record(found: list[str]) -> None:
+            names[:] = found
+
+        # closures, not attributes: export may run forward on a copy of this module
+        self.record_names = record
+        self.names = lambda: list(names) or None
+
+    def forward(self, *tensors):
+        names, outs = model_io.flatten(self.binding.call(self.model, tensors))
+        self.record_names(names)
+        return tuple(outs)
+
+
+PREFIX = "model."  # state_dict names of the wrapped model inside _Flat
+
+
+def _dynamic_shapes(n: int, symbols: dict[int, dict[int, str]]):
+    """Every dynamic axis as ``Dim.DYNAMIC``: export may narrow an axis's range (a model
+    valid up to its position table's length) without failing; :func:`_frozen_axes` then
+    refuses an axis export had to fix to one size, and the walker maps each axis's symbol
+    back to the t2n symbol of its name."""
+    from torch.export import Dim
+
+    return {"tensors": tuple({axis: Dim.DYNAMIC for axis in symbols[i]} if symbols.get(i)
+                             else None for i in range(n))}
+
+
+def _frozen_axes(ep, symbols, input_names) -> tuple[list[str], list[str]]:
+    """(axes export fixed to their example size, range notes of the dynamic ones)."""
+    from torch.export.graph_signature import InputKind
+    from torch.utils._sympy.numbers import int_oo
+
+    users = [n for n, s in zip([n for n in ep.graph.nodes if n.op == "placeholder"],
+                               ep.graph_signature.input_specs)
+             if s.kind == InputKind.USER_INPUT]
+    frozen, ranges, seen = [], [], set()
+    for i, axes in symbols.items():
+        shape = users[i].meta["val"].shape
+        for axis, name in axes.items():
+            d = shape[axis]
+            if not isinstance(d, torch.SymInt) or d.node.expr.is_number:
+                frozen.append(f"{input_names[i]} axis {axis} ({name}) = {int(d)}")
+                continue
+            vr = ep.range_constraints.get(d.node.expr)
+            if vr is not None and name not in seen and (vr.upper != int_oo or int(vr.lower) > 2):
+                seen.add(name)
+                ranges.append(f"{name} in [{vr.lower}, {vr.upper}]")
+    return frozen, ranges
+
+
+def _decompositions_of_unmapped() -> dict:
+    """torch.export's default decompositions of the aten ops t2n has no mapping for (an op
+    t2n maps reaches the walker as it is, as on the trace path)."""
+    return {op: fn for op, fn in torch.export.default_decompositions().items()
+            if isinstance(op, torch._ops.OpOverload) and op.namespace == "aten"
+            and registry.lookup(op._schema.name.split("::", 1)[1]) is None}
+
+
+def _needs_lowering(ep, table: dict) -> bool:
+    """Whether ``run_decompositions`` would change the program: an op of ``table`` (an op
+    t2n does not map) or an op that mutates its inputs (functionalised by it) is called, or
+    a higher-order op (a grad-mode region) is. A program of mapped functional ATen ops only
+    is kept as ``torch.export`` captured it: the re-trace would rebuild the same graph."""
+    for n in ep.graph.nodes:
+        if n.op != "call_function":
+            continue
+        t = n.target
+        if isinstance(t, torch._ops.OpOverload):
+            if t in table or t._schema.is_mutable:
+                return True
+        elif isinstance(t, torch._ops.HigherOrderOperator):
+            return True
+    return False
+
+
+@timed("capture")
+def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_names):
+    """The ``ExportedProgram`` of ``model`` called as ``binding`` says (eval mode, no grad),
+    functionalised, with decompositions applied to the ops t2n does not map."""
+    if not isinstance(model, torch.nn.Module) or isinstance(model, torch.jit.ScriptModule):
+        raise UsageError("capture='export' takes an nn.Module (a TorchScript file can only be "
+                         "exported with capture='trace')")
+    with eval_mode(model), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            flat = _Flat(model, binding)
+            ep = torch.export.export(
+                flat, tuple(binding.tensors),
+                dynamic_shapes=_dynamic_shapes(len(binding.tensors), symbols)
+                if symbols else None)
+        except Exception as e:  # torch.export's own diagnosis, as one clear line
+            raise _export_error(e, symbols, input_names, binding.tensors) from e
+        frozen, ranges = _frozen_axes(ep, symbols, input_names)
+        if frozen:
+            raise UsageError("the model fixes dynamic axes to their example size (torch."
+                             "export guards on them): " + ", ".join(frozen) + "; export "
+                             "them static, or change the code that needs the fixed size")
+        # one re-trace: functionalise, and decompose the ops t2n does not map (the
+        # decompositions apply recursively, to the unmapped ops they emit too). Each
+        # run_decompositions re-traces the whole program: most of an export's time.
+        table = _decompositions_of_unmapped()
+        if _needs_lowering(ep, table):
+            ep = ep.run_decompositions(table)
+    ep.t2n_ranges = ranges  # the sizes the model is valid for, said in the report
+    ep.t2n_output_names = flat.names()
+    return ep
+
+
+def _user_line(text: str, e: BaseException | None = None) -> str:
+    """`` at file.py:LINE`` of the innermost frame of the user's code: named in ``text``
+    (torch.export's message quotes the user's stack when it has recorded one), else in the
+    traceback of ``e`` and its causes (non-strict export runs the model's own Python, so the
+    failing line is a frame there whatever torch's message holds)."""
+    import os
+    import re
+    import sys
+    import traceback
+
+    # frameworks' own frames, by their package directories (a user's checkout may well sit
+    # in a directory named t2n or torch), and generated code (<string>, <eval_with_key>)
+    libs = tuple(os.path.dirname(m.__file__) + os.sep for m in
+                 (sys.modules.get(n) for n in ("t2n", "torch", "transformers"))
+                 if m is not None and getattr(m, "__file__", None))
+
+    def users(frames):
+        return [(p, n) for p, n in frames if not p.startswith(libs) and not p.startswith("<")]
+
+    frames = users(re.findall(r'File "([^"]+)", line (\d+)', text))
+    seen = set()
+    while not frames and e is not None and id(e) not in seen:
+        seen.add(id(e))
+        frames = users([(f.filename, f.lineno) for f in traceback.extract_tb(e.__traceback__)])
+        e = e.__cause__ or e.__context__
+    return f" at {os.path.basename(frames[-1][0])}:{frames[-1][1]}" if frames else ""
+
+
+def _export_error(e: Exception, symbols, input_names, tensors=()) -> Exception:
+    text = str(e).strip()
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
+    first = first[:400] + _user_line(text, e)
+    name = type(e).__name__
+    if "Constraint" in name or "specializ" in text or "Not all values of" in text:
+        axes = ", ".join(f"{input_names[i]} axis {a} = {s}" for i, d in symbols.items()
+                         for a, s in d.items())
+        small = [f"{input_names[i]} axis {a} ({s}) is {tensors[i].shape[a]}"
+                 for i, d in symbols.items() for a, s in d.items()
+                 if i < len(tensors) and tensors[i].shape[a] in (0, 1)]
+        if small:  # torch.export specialises sizes 0 and 1, whatever the model does
+            return UsageError("a dynamic axis has size 0 or 1 in the example inputs ("
+                              + ", ".join(small) + "), which torch.export fixes: give "
+                              "examples of size >= 2 on dynamic axes (or use capture='trace')")
+        return UsageError("a dynamic axis is frozen by the model: torch.export found that "
+                          f"the code needs a fixed size ({axes}): {first}")
+    if "data-dependent" in text or "GuardOnDataDependent" in name:
+        return TraceError("torch.export cannot capture the model: its Python control flow "
+                          f"depends on tensor values ({first})")
+    return TraceError(f"torch.export failed on the example inputs: {name}: {first}")

@@ -1,0 +1,30 @@
+"""The lowering-helpers layer: building blocks that more than one op family uses.
+
+Op families (``t2n/mappings/<family>.py``) import only :mod:`t2n.walk.registry`, the builder
+(:mod:`t2n.walk.builder`) and the modules of this package, never each other; helpers import only
+the builder, the registry's types and other helpers (no cycles). A helper takes the graph
+``g`` and builder tensors and emits NNEF ops through the builder; it registers no mapping.
+
+- :mod:`.elementwise`: typed ``select``/``where``, NaN/Inf tests, NaN-propagating min/max,
+  careful ``log1p``/``expm1``, torch's ``sign``;
+- :mod:`.indexing`: element counts, dim sizes, flattening, index normalisation and range
+  checks, slice bounds, the safe ``tract_core_scatter_elements``;
+- :mod:`.matrix`: batched matrix products and ``einsum`` (integer ones exact, element-wise);
+- :mod:`.integer`: exact integer powers, shifts, gcd/lcm and the fixed-count loop they use;
+- :mod:`.windows`: pooling window geometry;
+- :mod:`.ordered_sum`: sums of gathered taps added one by one in order in the dtype (the
+  float16 kernels of PyTorch that accumulate in f16: transposed convolutions, 3-D adaptive
+  average pooling), one ``tract_core_scan`` over the taps;
+- :mod:`.normalization`: batch-norm statistics and per-channel affine;
+- :mod:`.recurrence`: the recurrent layers as ``tract_core_scan`` loops (``recurrent`` and
+  the dynamically quantized LSTM/GRU of ``quantized``), with float or int8 products;
+- :mod:`.dynamic_quant`: PyTorch's dynamic quantization (run-time u8 input parameters,
+  int8 x int8 -> int32 in ``tract_core_qconv``), for dynamic linear and recurrent layers;
+- :mod:`.special_expr`, :mod:`.gamma`: the expression layer of the special functions and the
+  gamma-family kernels;
+- :mod:`.complex`: complex tensors' (re, im) real form (parts, construction, running a real
+  layout mapping on it), tract's FFT/STFT with PyTorch's normalisations, overlap-add;
+- :mod:`.small_matrix`, :mod:`.factorizations`, :mod:`.spectral`, :mod:`.norms`: the
+  unrolled small-matrix kernels (LU, Householder QR, Jacobi eigen/SVD) and the norms built
+  on them, shared by the linear-algebra families and ``statistics``.
+"""

@@ -1,0 +1,472 @@
+"""PyTorch-quantized models (torch.ao eager and FX mode, x86/fbgemm and qnnpack engines).
+
+A quantized tensor is its integer representation in the graph (u8 for ``quint8``, i8 for
+``qint8``), labelled with its torch dtype; its scale and zero point travel beside it in
+``g.qparams`` (ops that keep them, such as reshapes and max pooling, are followed back to
+the tensor that has them). The int8 work runs in tract's quantized convolution,
+``tract_core_qconv`` (``a`` = filter, ``b`` = input; its int8 x int8 -> int32 kernels):
+convolutions directly, linear layers as 1-wide 1-D convolutions. It returns the exact int32
+sums (every scale 1); the requantization then follows PyTorch's kernels in float
+(``acc * x_scale * w_scale[c] + bias``, divided by the output scale, rounded half to even),
+which makes the integers equal to PyTorch's on the models tested (tract's own fixed-point
+requantization differs by one step here and there). Per-channel weights carry their
+scales into that product. Dynamic linear layers quantize their input at run time with
+PyTorch's min/max rule (7 bits on x86/fbgemm) and scale the int32 sums in float as PyTorch
+does. Element-wise quantized ops (add, cat, batch norm, activations) dequantize, compute in
+float and requantize to their output parameters; averaging pools round the average of the
+integers half to even, as PyTorch does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from t2n.mappings.helpers.dynamic_quant import (DynamicInt8Products, dynamic_linear,
+                                               int8_weight, reduce_range_for_engine,
+                                               weight_parts)
+from t2n.mappings.helpers.recurrence import FLOAT_PRODUCTS, layers
+from t2n import dtypes
+from t2n.walk.registry import aten, lookup, own_shapes, quantized_variant
+
+_QCODES = {12: torch.qint8, 13: torch.quint8, 14: torch.qint32}  # ScalarType codes
+_RANGE = {torch.quint8: (0, 255), torch.qint8: (-128, 127), torch.qint32: (-2 ** 31, 2 ** 31 - 1)}
+# ops whose output is the input's integers rearranged or selected: same scale and zero point
+_KEEPS_QPARAMS = {"reshape", "squeeze", "unsqueeze", "transpose", "slice", "max_pool",
+                  "tract_core_gather", "tract_core_broadcast", "copy", "concat", "pad",
+                  "tract_core_downsample", "tile", "max", "nearest_upsample"}
+
+
+# ---------------------------------------------------------------------------- qparams
+def _table(g) -> dict:
+    return g.__dict__.setdefault("qparams", {})
+
+
+def set_qparams(g, t, scale: float, zero_point: int):
+    _table(g)[id(t)] = (float(scale), int(zero_point))
+    return t
+
+
+def qparams(g, t) -> tuple[float, int]:
+    """(scale, zero point) of a quantized tensor, following qparams-keeping ops back."""
+    table = _table(g)
+    seen = 0
+    while id(t) not in table:
+        op = next((o for o in reversed(g.ops) if any(x is t for x in o.outputs)), None)
+        seen += 1
+        if op is None or op.kind not in _KEEPS_QPARAMS or seen > 1000:
+            raise g.error("the scale and zero point of a quantized tensor are unknown here "
+                          f"(it comes from {op.kind if op else 'outside the graph'})")
+        src = op.args[0]
+        t = src[0] if isinstance(src, (list, tuple)) else src
+    return table[id(t)]
+
+
+def _quantized(x) -> bool:
+    return hasattr(x, "dtype") and x.dtype in dtypes.QUANTIZED
+
+
+def _label(g, kind: str) -> str:
+    g.__dict__["_qcount"] = g.__dict__.get("_qcount", 0) + 1
+    return f"quantized.{kind}{g.__dict__['_qcount']}"
+
+
+# ---------------------------------------------------------------------------- float <-> int
+def quantize(g, x, scale: float, zero_point: int, qdtype):
+    """``clamp(round_half_even(x / scale) + zero_point)`` as ``qdtype``'s integers."""
+    lo, hi = _RANGE[qdtype]
+    x = g.cast(x, torch.float32)
+    y = g.binary("mul", x, float(1.0 / scale), torch.float32)
+    y = g.op("tract_core_round_even", y)
+    if zero_point:
+        y = g.binary("add", y, float(zero_point), torch.float32)
+    y = g.op("clamp", y, float(lo), float(hi))
+    y = g.op("tract_core_cast", y, to=dtypes.tract_name(qdtype), out_dtype=qdtype)
+    return set_qparams(g, y, scale, zero_point)
+
+
+def dequantize_tensor(g, q, dtype=torch.float32):
+    scale, zp = qparams(g, q)
+    x = g.op("tract_core_cast", q, to="f32", out_dtype=torch.float32)
+    if zp:
+        x = g.binary("sub", x, float(zp), torch.float32)
+    x = g.binary("mul", x, float(scale), torch.float32)
+    return g.cast(x, dtype)
+
+
+def _relu_q(g, q):
+    """ReLU on integers: max(q, zero point)."""
+    zp = qparams(g, q)[1]
+    storage = dtypes.QUANTIZED[q.dtype]
+    return g.op("max", q, g.const(torch.tensor(zp, dtype=storage)), out_dtype=q.dtype)
+
+
+@aten("quantize_per_tensor")
+def quantize_per_tensor(g, self, scale, zero_point, dtype):
+    scale, zero_point = _number(g, scale, "scale"), _number(g, zero_point, "zero_point")
+    dtype = _QCODES.get(dtype, dtype) if isinstance(dtype, int) else dtype
+    if dtype not in (torch.quint8, torch.qint8):
+        raise g.error(f"dtype: {dtype} activations are not supported (quint8, qint8)")
+    return quantize(g, self, float(scale), int(zero_point), dtype)
+
+
+def _number(g, v, what):
+    if hasattr(v, "is_const"):
+        if not v.is_const or v.value.numel() != 1:
+            raise g.error(f"{what}: a quantization parameter computed at run time is not "
+                          "supported")
+        return v.value.item()
+    return v
+
+
+@aten("dequantize")
+def dequantize(g, self):
+    if not _quantized(self):
+        return self
+    out = dequantize_tensor(g, self)
+    # the check accepts one quantization step of difference on this output (t2n.api)
+    g.__dict__.setdefault("quant_steps", {})[id(out)] = qparams(g, self)[0]
+    return out
+
+
+# ---------------------------------------------------------------------------- int8 kernels
+def _weight_params(g, w: torch.Tensor):
+    """(integer weight, a0, a_scale, per-channel scales) of a qint8 weight."""
+    return weight_parts(g, w)
+
+
+def _qconv(g, x, wq: torch.Tensor, bias, stride, padding, dilation, groups, out_scale,
+           out_zp, out_dtype, kind, relu=False):
+    """Quantized convolution of quantized ``x`` with torch weight ``wq``.
+
+    tract_core_qconv computes the exact int32 sums ``sum((x - x0) * (w - w0))`` (every scale
+    1, so no requantization inside); the output is then requantized in float the way
+    PyTorch's kernels do: ``round_half_even((acc * x_scale * w_scale + bias) / out_scale)
+    + out_zp``, clamped, with the float bias (tract's fixed-point requantization of an
+    int32 bias differs from PyTorch by one step here and there). ``out_scale`` None returns
+    (acc, x_scale, w_scales) for dynamic layers."""
+    wi, a0, a_scale, a_scales = _weight_params(g, wq)
+    n = wi.dim() - 2
+    x_scale, x_zp = qparams(g, x) if _quantized(x) and out_scale is not None else (1.0, 0)
+    w = g.variable(wi.contiguous(), _label(g, kind) + ".weight")
+    per = a_scales if a_scales is not None else torch.tensor([a_scale])
+    spatial = []
+    for i in range(n):
+        length = x.shape[2 + i]
+        k = wi.shape[2 + i]
+        spatial.append((length + 2 * padding[i] - dilation[i] * (k - 1) - 1) // stride[i] + 1)
+    acc = g.op("tract_core_qconv", x, w, g.const(torch.zeros((), dtype=torch.int32)),
+               group=groups, groups=groups, dilation=list(dilation), stride=list(stride),
+               padding=[(p, p) for p in padding], border="constant", a0=a0, a_scale=1.0,
+               b0=int(x_zp), b_scale=1.0, c0=0, c_scale=1.0, output_dt="i32",
+               out_dtype=torch.int32, out_shape=[x.shape[0], wi.shape[0]] + spatial)
+    if out_scale is None:
+        return acc, per
+    shape = [1, -1] + [1] * n
+    if torch.backends.quantized.engine == "qnnpack":
+        return _qnnpack_requantized(g, acc, per, x_scale, bias, shape, out_scale, out_zp,
+                                    out_dtype, relu)
+    f = g.cast(acc, torch.float32)
+    f = g.binary("mul", f, g.const((per.double() * x_scale).float().reshape(shape)),
+                 torch.float32)
+    if bias is not None:
+        f = g.binary("add", f, g.const(bias.detach().float().reshape(shape)), torch.float32)
+    return _requantized(g, f, out_scale, out_zp, out_dtype, relu=relu)
+
+
+def _qnnpack_requantized(g, acc, w_scales, x_scale, bias, shape, out_scale, out_zp, out_dtype,
+                         relu):
+    """The int32 sums requantized as PyTorch's qnnpack kernels do (its conv and linear; the
+    engine PyTorch runs is the one set when exporting): the bias quantized to int32 with the
+    float32 scale ``w_scale * x_scale`` and added to the sums, the total scaled by one
+    float32 multiplier ``w_scale * x_scale / out_scale``, rounded half to even, plus the
+    zero point, clamped. (fbgemm's float bias and scale differ from it by a step now and
+    then; measured bit-exact against qnnpack on random convs and linears.)"""
+    ws = w_scales.float()
+    xs = torch.tensor(float(x_scale), dtype=torch.float32)
+    mult = (ws * xs) / torch.tensor(float(out_scale), dtype=torch.float32)
+    if bias is not None:
+        bq = torch.round(bias.detach().float() / (ws * xs)).to(torch.int32)
+        acc = g.binary("add", acc, g.const(bq.reshape(shape)), torch.int32)
+    y = g.binary("mul", g.cast(acc, torch.float32), g.const(mult.reshape(shape)), torch.float32)
+    y = g.op("tract_core_round_even", y)
+    if out_zp:
+        y = g.binary("add", y, float(out_zp), torch.float32)
+    lo, hi = _RANGE[out_dtype]
+    y = g.op("clamp", y, float(lo), float(hi))
+    y = set_qparams(g, g.op("tract_core_cast", y, to=dtypes.tract_name(out_dtype),
+                            out_dtype=out_dtype), out_scale, out_zp)
+    return _relu_q(g, y) if relu else y
+
+
+def _packed_conv(g, packed, what):
+    if bool(packed.transpose()):
+        raise g.error(f"{what}: quantized transposed convolutions are not supported")
+    w, bias = packed.unpack()
+    return w, bias, list(packed.stride()), list(packed.padding()), list(packed.dilation()), \
+        int(packed.groups())
+
+
+@aten("quantized::conv2d", "quantized::conv2d_relu", "quantized::conv3d",
+      "quantized::conv3d_relu")
+def quantized_conv(g, qx, packed_weight, output_scale, output_zero_point):
+    w, bias, stride, padding, dilation, groups = _packed_conv(g, packed_weight, "weight")
+    relu = g.node.op.endswith("_relu")
+    return _qconv(g, qx, w, bias, stride, padding, dilation, groups, output_scale,
+                  output_zero_point, qx.dtype, "conv", relu=relu)
+
+
+def _as_rows(g, x):
+    """[..., K] -> [M, K, 1] (M rows as the batch of a 1-D convolution)."""
+    k = x.shape[-1]
+    m = 1
+    for d in x.shape[:-1]:
+        m = m * d
+    return g.reshape(x, [m, k, 1])
+
+
+def _from_rows(g, y, lead):
+    return g.reshape(y, list(lead) + [y.shape[1]])
+
+
+@aten("quantized::linear", "quantized::linear_relu")
+def quantized_linear(g, X, W_prepack, Y_scale_i, Y_zero_point_i):
+    w, bias = W_prepack.unpack()
+    rows = _as_rows(g, X)
+    y = _qconv(g, rows, w.unsqueeze(-1), bias, [1], [0], [1], 1, Y_scale_i, Y_zero_point_i,
+               X.dtype, "linear", relu=g.node.op.endswith("_relu"))
+    return _from_rows(g, y, X.shape[:-1])
+
+
+@aten("quantized::linear_dynamic", "quantized::linear_relu_dynamic")
+def quantized_linear_dynamic(g, input, W_prepack, reduce_range=False):
+    """PyTorch's dynamic linear: the input is quantized per call to u8 from its own range
+    (min/max with 0 included; 7 bits with reduce_range on x86/fbgemm), the product
+    accumulates in int32 (tract_core_qconv), and ``acc * x_scale * w_scale + bias`` is
+    computed in float (t2n/mappings/helpers/dynamic_quant.py)."""
+    w, bias = W_prepack.unpack()
+    x = g.cast(input, torch.float32)
+    weight = int8_weight(g, w, _label(g, "linear_dynamic") + ".weight")
+    m = 1
+    for d in x.shape[:-1]:
+        m = m * d
+    rows = g.reshape(x, [m, x.shape[-1]])
+    f = dynamic_linear(g, rows, weight, reduce_range_for_engine(reduce_range))
+    if bias is not None:
+        f = g.binary("add", f, g.const(bias.detach().float().reshape(1, -1)), torch.float32)
+    if g.node.op.endswith("_relu_dynamic"):
+        f = g.op("relu", f)
+    y = g.reshape(f, list(input.shape[:-1]) + [weight.shape[0]])
+    return g.cast(y, input.dtype)
+
+
+@aten("quantized::linear_dynamic_fp16", "quantized::linear_relu_dynamic_fp16")
+def quantized_linear_dynamic_fp16(g, input, W_prepack):
+    """``quantize_dynamic(..., dtype=torch.float16)``'s linear: float input, weights rounded
+    to float16 (stored so: half the archive), products accumulated in float32 (what
+    fbgemm's fp16 kernels do)."""
+    w, bias = W_prepack.unpack()
+    label = _label(g, "linear_dynamic_fp16")
+    weight = g.cast(g.variable(w.detach().half(), label + ".weight"), torch.float32)
+    b = g.variable(bias.detach().float(), label + ".bias") if bias is not None else None
+    y = _float_call(g, "linear", g.cast(input, torch.float32), weight, b)
+    if g.node.op.endswith("_relu_dynamic_fp16"):
+        y = g.op("relu", y)
+    return g.cast(y, input.dtype)
+
+
+# ---------------------------------------------------------------------------- recurrent
+@aten("quantized_lstm")
+@own_shapes
+def quantized_lstm(g, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                   batch_first, dtype=None, use_dynamic=False):
+    """``quantize_dynamic``'s LSTM: the float LSTM's loop (t2n/mappings/helpers/recurrence.py)
+    with int8 products, quantizing the whole input once for the input projection and each
+    direction's state at every step, as PyTorch's dynamic cells do."""
+    weights, products = _dynamic_cells(g, params, has_biases, "lstm_dynamic")
+    outs = layers(g, "lstm", input, list(hx), weights, has_biases, num_layers, dropout,
+                  train, bidirectional, batch_first, None, products)
+    return _one_state_step(g, outs, weights, products)
+
+
+@aten("quantized_gru")
+@own_shapes
+def quantized_gru(g, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                  batch_first):
+    """``quantize_dynamic``'s GRU (see :func:`quantized_lstm`)."""
+    weights, products = _dynamic_cells(g, params, has_biases, "gru_dynamic")
+    outs = layers(g, "gru", input, [hx], weights, has_biases, num_layers, dropout, train,
+                  bidirectional, batch_first, None, products)
+    return _one_state_step(g, outs, weights, products)
+
+
+def _one_state_step(g, outs, weights, products):
+    """The check's tolerance for these outputs: one quantization step of a state (range
+    at most 2, tanh-bounded, over ``qmax`` levels) through the largest weight it meets.
+    tract's tanh and sigmoid differ from PyTorch's in the last place; on a long sequence
+    such a difference now and then moves one integer of a per-step quantization, and the
+    outputs then differ by about that much (measured: 1e-4 after 47 steps of a 128-wide
+    LSTM, whose step is 1.4e-3), where a float or wrongly quantized lowering differs by
+    the quantization error itself (1e-2 on the same model)."""
+    if products is FLOAT_PRODUCTS:  # float16 weights: float products, the float check
+        return outs
+    qmax = 127.0 if products.reduce_range else 255.0
+    largest = max(float((w.ints.float().abs() * w.scales[:, None]).max())
+                  for w in weights if hasattr(w, "ints"))
+    steps = g.__dict__.setdefault("quant_steps", {})
+    for t in outs:
+        steps[id(t)] = 2.0 / qmax * largest
+    return outs
+
+
+def _dynamic_cells(g, params, has_biases, kind):
+    """PyTorch's cell parameters (``CellParamsBase``, one per layer and direction) as the
+    lists the recurrent layers read: int8 weights ``w_ih, w_hh`` and float biases."""
+    out, reduce_range, kinds = [], False, set()
+    for p in params:
+        state = p.__getstate__()[0] if hasattr(p, "__getstate__") else None
+        if not state or state[0] not in ("quantized_dynamic", "quantized_fp16"):
+            got = state[0] if state else type(p).__name__
+            raise g.error(f"params: {got} cell parameters are not supported (t2n converts "
+                          "quantize_dynamic(..., dtype=torch.qint8 or torch.float16) "
+                          "recurrent layers)")
+        kinds.add(state[0])
+        _, _, _, longs, packed = state
+        reduce_range = bool(longs[0]) if longs else False
+        label = _label(g, kind)
+        (w_ih, b_ih), (w_hh, b_hh) = packed[0].unpack(), packed[1].unpack()
+        if state[0] == "quantized_fp16":  # float products of the f16-rounded weights
+            out += [g.variable(w.detach().float(), f"{label}.{name}")
+                    for w, name in ((w_ih, "weight_ih"), (w_hh, "weight_hh"))]
+        else:
+            out += [int8_weight(g, w_ih, label + ".weight_ih"),
+                    int8_weight(g, w_hh, label + ".weight_hh")]
+        if has_biases:
+            out += [g.variable(_float_bias(b, w), f"{label}.{name}")
+                    for b, w, name in ((b_ih, w_ih, "bias_ih"), (b_hh, w_hh, "bias_hh"))]
+    if kinds == {"quantized_fp16"}:
+        return out, FLOAT_PRODUCTS
+    if len(kinds) > 1:
+        raise g.error("params: int8 and float16 cell parameters mixed in one layer stack")
+    return out, DynamicInt8Products(reduce_range)
+
+
+def _float_bias(b, w):
+    if b is None:
+        return torch.zeros(w.shape[0], dtype=torch.float32)
+    return b.detach().float()
+
+
+# ---------------------------------------------------------------------------- float paths
+def _requantized(g, f, scale, zero_point, qdtype, relu=False):
+    y = quantize(g, f, float(scale), int(zero_point), qdtype)
+    return _relu_q(g, y) if relu else y
+
+
+@aten("quantized::add", "quantized::add_relu", "quantized::mul", "quantized::mul_relu")
+def quantized_binary(g, qa, qb, scale, zero_point):
+    kind = "mul" if "mul" in g.node.op else "add"
+    f = g.binary(kind, dequantize_tensor(g, qa), dequantize_tensor(g, qb), torch.float32)
+    return _requantized(g, f, scale, zero_point, qa.dtype, relu=g.node.op.endswith("_relu"))
+
+
+@aten("quantized::add_scalar", "quantized::add_scalar_relu", "quantized::mul_scalar",
+      "quantized::mul_scalar_relu")
+def quantized_binary_scalar(g, qa, b):
+    """PyTorch picks the output parameters of these from the input's: not reproduced."""
+    raise g.error("quantized add/mul with a Python scalar is not supported (use "
+                  "FloatFunctional.add with a tensor)")
+
+
+@aten("quantized::cat", "quantized::cat_relu")
+def quantized_cat(g, qx, dim, scale, zero_point):
+    fs = [dequantize_tensor(g, q) for q in qx]
+    dim = dim % fs[0].rank
+    return _requantized(g, g.concat(fs, dim), scale, zero_point, qx[0].dtype,
+                        relu=g.node.op.endswith("_relu"))
+
+
+@aten("quantized::batch_norm2d", "quantized::batch_norm2d_relu", "quantized::batch_norm1d",
+      "quantized::batch_norm3d", "quantized::batch_norm")
+def quantized_batch_norm(g, qx, weight, bias, mean, var, eps, output_scale, output_zero_point):
+    x = dequantize_tensor(g, qx)
+    shape = [1, -1] + [1] * (x.rank - 2)
+    inv = torch.rsqrt(var.value.double() + eps) if hasattr(var, "value") else None
+    if inv is None or any(not hasattr(t, "value") or t.value is None
+                          for t in (weight, bias, mean)):
+        raise g.error("batch norm statistics computed at run time are not supported")
+    a = (weight.value.double() * inv).float().reshape(shape)
+    b = (bias.value.double() - mean.value.double() * weight.value.double() * inv).float()
+    f = g.binary("add", g.binary("mul", x, g.const(a), torch.float32),
+                 g.const(b.reshape(shape)), torch.float32)
+    return _requantized(g, f, output_scale, output_zero_point, qx.dtype,
+                        relu=g.node.op.endswith("_relu"))
+
+
+@quantized_variant("relu", "relu_")
+def relu_q(g, self):
+    return _relu_q(g, self)
+
+
+@quantized_variant("avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
+                   "adaptive_avg_pool2d", "adaptive_avg_pool3d", "mean", "upsample_bilinear2d")
+def averaging_on_integers(g, self, *args):
+    """Averages keep the input's scale and zero point: PyTorch's kernels average the
+    integers and round half to even; so does this, on the integers as exact floats."""
+    scale, zp = qparams(g, self)
+    lo, hi = _RANGE[self.dtype]
+    x = g.op("tract_core_cast", self, to="f32", out_dtype=torch.float32)
+    f = _float_call(g, g.node.op.removeprefix("aten::"), x, *args)
+    y = g.op("tract_core_round_even", f)
+    y = g.op("tract_core_cast", g.op("clamp", y, float(lo), float(hi)),
+             to=dtypes.tract_name(self.dtype), out_dtype=self.dtype)
+    return set_qparams(g, y, scale, zp)
+
+
+@quantized_variant("hardtanh", "hardtanh_", "relu6", "clamp", "leaky_relu", "hardswish",
+                   "upsample_nearest2d")
+def same_qparams_in_float(g, self, *args):
+    """Element-wise ops whose quantized kernel keeps the input's scale and zero point:
+    computed on the dequantized values and requantized."""
+    scale, zp = qparams(g, self)
+    f = _float_call(g, g.node.op.removeprefix("aten::"), dequantize_tensor(g, self), *args)
+    return quantize(g, f, scale, zp, self.dtype)
+
+
+def _float_call(g, name: str, *args):
+    """The float mapping of aten ``name``, told that the node's outputs are float32 (the
+    traced node has quantized ones)."""
+    saved = g.node
+    g.node = dataclasses.replace(saved, op=f"aten::{name}", out_dtypes=[
+        torch.float32 if d in dtypes.QUANTIZED else d for d in saved.out_dtypes])
+    try:
+        return lookup(name)(g, *args)
+    finally:
+        g.node = saved
+
+
+def _activation(g, qx, output_scale, output_zero_point, name, *args):
+    f = _float_call(g, name, dequantize_tensor(g, qx), *args)
+    return quantize(g, f, float(output_scale), int(output_zero_point), qx.dtype)
+
+
+@aten("quantized::hardswish")
+def quantized_hardswish(g, qx, output_scale, output_zero_point):
+    return _activation(g, qx, output_scale, output_zero_point, "hardswish")
+
+
+@aten("quantized::sigmoid")
+def quantized_sigmoid(g, qx, output_scale, output_zero_point):
+    return _activation(g, qx, output_scale, output_zero_point, "sigmoid")
+
+
+@aten("quantized::leaky_relu")
+def quantized_leaky_relu(g, qx, negative_slope, inplace, output_scale, output_zero_point):
+    return _activation(g, qx, output_scale, output_zero_point, "leaky_relu", negative_slope)
+
+
+@aten("quantized::relu6")
+def quantized_relu6(g, qx, inplace=False):
+    scale, zp = qparams(g, qx)
+    return _activation(g, qx, scale, zp, "hardtanh", 0.0, 6.0)
