@@ -1,134 +1,122 @@
-"""``t2n.export``: the public entry point, shaped like ``torch.onnx.export``."""
+"""``t2n.export``: the public entry point, shaped like ``torch.onnx.export``.
+
+:func:`export` reads as its pipeline: the session (every choice checked before the
+capture) -> capture -> walk -> passes -> the target's lowering -> write -> verify; each
+stage lives in its own package (t2n.capture, t2n.walk, t2n.passes, t2n.targets,
+t2n.write, t2n.check) and shares what is not the graph through the
+:class:`t2n.session.ExportSession`.
+"""
 
 from __future__ import annotations
 
 import os
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from t2n.walk import compute_dtype
-from t2n.check import constant_outputs
 from t2n import dtypes, extensions, passes
-from t2n.capture import model_io
-from t2n.write import weight_formats
 from t2n import streaming as _stream
-from t2n.walk.builder import Graph, safe_identifier
-from t2n.capture.trace import capture, load_torchscript
+from t2n.capture import model_io
+from t2n.capture.trace import capture, load_model
+from t2n.check import constant_outputs
 from t2n.check.compare import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
-from t2n.check.eager import torch_outputs
-from t2n.errors import CheckFailedError, ConversionError, TractError, UsageError
-from t2n.check.fresh_inputs import FreshInputs
-from t2n.write.staging import check_destination, staged
-from t2n.targets import get_target
+from t2n.check.eager import torch_outputs  # noqa: F401  (t2n.api.torch_outputs, for tests)
+from t2n.check.verify import check_archive_sets, verify
+from t2n.errors import ConversionError, UsageError
+from t2n.result import ExportResult, TensorInfo
+from t2n.session import ExportSession, open_session
+from t2n.stopwatch import phase, timed_export
+from t2n.walk.builder import Graph, safe_identifier
 from t2n.walk.walker import Walker
-from t2n.stopwatch import phase, timed, timed_export
+
+__all__ = ["export", "export_graph", "check_archive", "ExportResult", "TensorInfo"]
 
 
-@dataclass
-class TensorInfo:
-    """An archive input or output as the report gives it: sizes are ints where they are
-    known numbers (a symbolic size that simplified to one, ``S - (S - 1)``, included) and
-    symbol expressions otherwise."""
+@timed_export
+def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None,
+           check: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+           weights: str = "f32", streaming: str | None = None, pulse: int | None = None,
+           target: str = "tract", capture: str = "trace", dtype: str | None = None,
+           **options) -> ExportResult:
+    """Export ``model`` run on ``args`` to the NNEF archive ``f`` (docs/api.md has every
+    argument and option).
 
-    name: str
-    shape: list
-    dtype: str
+    ``capture`` ("trace" or "export") captures the model, every aten op is mapped, the
+    passes and the ``target`` ("tract", "khronos") shape the graph, ``weights`` ("f32",
+    "f16", "q4_0") says how weights are stored and ``streaming``/``pulse`` make a
+    streaming export; a bfloat16 model needs ``dtype`` ("f32"/"f16"). The archive is
+    written beside ``f`` and reaches ``f`` only when the export succeeds (only an NNEF
+    archive at ``f`` is replaced; :mod:`t2n.write.output_paths`): its engine loads it,
+    and ``check=True`` compares it with PyTorch on the example and fresh inputs
+    (``rtol``/``atol``; :mod:`t2n.check.verify`), raising :class:`CheckFailedError` on a
+    mismatch.
+    """
+    started = time.perf_counter()
+    model = load_model(model)
+    binding = model_io.bind(model, args, input_names)
+    session = open_session(model, binding.tensors, f, check=check, rtol=rtol, atol=atol,
+                           weights=weights, streaming=streaming, pulse=pulse, target=target,
+                           capture=capture, dtype=dtype, options=options)
+    f = os.fspath(f)
+    built = _build(session, binding, output_names, dynamic_axes,
+                   (streaming, pulse) if streaming is not None or pulse is not None else None)
+    g = built.graph
+    with phase("lower"):
+        session.target.lower(g)
+    constant = constant_outputs.undeclared(g, built.output_names, options.get("constant_outputs"))
+    from t2n.write.staging import staged
 
-    def __post_init__(self):
-        self.shape = [int(d) if getattr(d, "is_Integer", False) else d for d in self.shape]
-
-    def __str__(self) -> str:
-        dims = "x".join(str(d) for d in self.shape) or "scalar"
-        return f"{self.name}: {dims} {self.dtype}"
-
-
-@dataclass
-class ExportResult:
-    """What an export produced, and how well tract matched PyTorch when checked."""
-
-    path: str
-    inputs: list[TensorInfo]
-    outputs: list[TensorInfo]
-    op_histogram: dict[str, int]
-    archive_bytes: int
-    export_seconds: float
-    checks: list[OutputCheck] | None = None
-    warnings: list[str] = field(default_factory=list)
-    extras: dict = field(default_factory=dict)
-    stream: object = None  # t2n.streaming.StreamReport of a streaming export, else None
-    phase_seconds: dict[str, float] = field(default_factory=dict)  # t2n.stopwatch
-    _rounded: object = field(default=None, repr=False, compare=False)
-
-    def rounded_model(self):
-        """The exported model as tract computes it: a copy holding the rounded weights
-        when they were compressed (``weights="f16"|"q4_0"``), else the model itself."""
-        return self._rounded() if callable(self._rounded) else self._rounded
-
-    @property
-    def op_count(self) -> int:
-        return sum(self.op_histogram.values())
-
-    @property
-    def delay(self):
-        """Streaming exports: the output delay of tract's pulsed model, in steps of the
-        streaming axis (an int, or {output: delay} when outputs differ); else None."""
-        return None if self.stream is None else self.stream.delay
-
-    @property
-    def passed(self) -> bool | None:
-        results = [r for r in (self.checks, getattr(self.stream, "checks", None))
-                   if r is not None]
-        return None if not results else all(c.ok for r in results for c in r)
-
-    def report(self) -> str:
-        lines = [f"exported {self.path} ({self.archive_bytes:,} bytes, {self.op_count} ops, "
-                 f"{self.export_seconds:.2f} s)"]
-        lines += ["  input  " + str(i) for i in self.inputs]
-        lines += ["  output " + str(o) for o in self.outputs]
-        top = sorted(self.op_histogram.items(), key=lambda kv: (-kv[1], kv[0]))
-        lines.append("  ops: " + ", ".join(f"{k} {v}" for k, v in top))
-        for w in self.warnings:
-            lines.append("  warning: " + w)
-        for line in self.extras.get("report_lines", []):
-            lines.append("  " + line)
-        if self.checks is not None:
-            ok = all(c.ok for c in self.checks)
-            engine = self.extras.get("checked_with", "tract")
-            lines.append(f"  check in {engine}: " + ("PASSED" if ok else "FAILED")
-                         + _sets_text(self.extras.get("input_sets")))
-            lines += ["    " + c.line() for c in self.checks]
-            lines += ["    " + _not_comparable(s) for s in self.extras.get("input_sets") or []
-                      if not s["compared"]]
-        if self.stream is not None:
-            lines += ["  " + line for line in self.stream.lines()]
-        return "\n".join(lines)
+    with staged(f, options.get("keep_failed")) as work:  # moved to f once verified
+        size = _write(g, work, options, started)
+        result = _result(f, built, work, size, started)
+        for w in session.warnings:
+            warnings.warn(w, stacklevel=2)
+        verify(work, session, built, result, constant)
+    return result
 
 
-def _compared(sets) -> list[str]:
-    return [s["name"] for s in sets or () if s["compared"]]
+def _write(g, work: str, options: dict, started: float) -> int:
+    """The archive at ``work``, with a progress bar on a terminal for long writes."""
+    from t2n.progress import Bar, for_export
+    from t2n.write.writer import write
+
+    bar = for_export(options.get("progress"), quiet=bool(options.get("quiet")), started=started)
+    try:
+        return write(g, work, progress=bar)
+    finally:
+        if isinstance(bar, Bar):
+            bar.close()
 
 
-def _sets_text(sets) -> str:
-    """`` (input sets: example, fresh, fresh B=3)``: what a check compared."""
-    names = _compared(sets)
-    return f" (input sets: {', '.join(names)})" if names else ""
+def _result(f: str, built, work: str, size: int, started: float) -> ExportResult:
+    from t2n.archive_info import archive_ops
 
+    g, session = built.graph, built.graph.session
+    result = ExportResult(
+        path=f,
+        inputs=[TensorInfo(t.name, list(t.shape), dtypes.tract_name(t.dtype))
+                for t in built.inputs],
+        outputs=[TensorInfo(n, list(t.shape), dtypes.tract_name(t.dtype))
+                 for n, t in zip(built.output_names, built.outputs)],
+        op_histogram=archive_ops(work), archive_bytes=size,  # t2n inspect's count
+        export_seconds=time.perf_counter() - started,
+        warnings=list(session.warnings) + [f"tracer: {w.splitlines()[0]}"
+                                           for w in built.tracer_warnings],
+        extras=dict(session.extras))
+    if session.storage:
+        from t2n.check.compressed import rounded_copy
 
-def _not_comparable(s: dict) -> str:
-    return f"input set {s['name']}: not comparable ({s['reason']})"
+        result._rounded = lambda: rounded_copy(session.model, g)
+    else:
+        result._rounded = session.model
+    return result
 
 
 def _as_args(args) -> tuple:
     """The example tensors of ``args`` (a tensor, a tuple or a dict of tensors), in order."""
     return model_io.bind(None, args, None).tensors
-
-
-def _caller(model, binding):
-    """``model`` as the checks call it: positionally, or through the keyword binding."""
-    return model_io.Adapter(model, binding) if binding.keywords else model
 
 
 def _names(given, n: int, default: str, what: str) -> list[str]:
@@ -147,15 +135,6 @@ def _names(given, n: int, default: str, what: str) -> list[str]:
     return given
 
 
-def _load_model(model):
-    if isinstance(model, (str, os.PathLike)):
-        return load_torchscript(os.fspath(model))
-    if not isinstance(model, torch.nn.Module):
-        raise UsageError(f"model must be an nn.Module, a ScriptModule or a path, not "
-                         f"{type(model).__name__}")
-    return model
-
-
 def _symbols_for(dynamic_axes, input_names, args) -> dict:
     """{input index: {axis: symbol name}} from ONNX-style ``dynamic_axes``."""
     from t2n.walk import dynamic
@@ -170,53 +149,34 @@ def _symbol_minimums(dynamic_axes, symbols, args) -> dict:
     return dynamic.symbol_minimums(dynamic_axes, symbols, args)
 
 
-# The options ``export`` reads itself; the passes declare theirs (t2n.passes).
-# progress: None (auto) | bool | callable; properties: {key: str | int | list} written as
-# the archive's tract_core_properties (metadata a runtime reads, e.g. t2n.llm's cache layout)
-# keep_failed: a path the archive moves to when its check fails (t2n.write.staging)
-# verify_load: False skips the load that proves the engine takes the archive (t2n.check.load)
-# constant_outputs: names of outputs meant to depend on no input (t2n.check.constant_outputs)
-# int_range / seed: [lo, hi) of the integers and the seed of the check's fresh inputs;
-# fresh_inputs=False: the check compares the example only (inputs whose exact values matter)
-_API_OPTIONS = frozenset({"progress", "quiet", "properties", "keep_failed", "verify_load",
-                          "constant_outputs", "int_range", "seed", "fresh_inputs"})
-_KNOWN_OPTIONS = _API_OPTIONS | passes.options()
-
-
-def _check_options(options: dict) -> None:
-    unknown = set(options) - _KNOWN_OPTIONS
-    if unknown:
-        raise UsageError(f"unknown export option(s): {', '.join(sorted(unknown))}")
-    if options.get("properties") is not None:
-        from t2n.write.writer import render_properties
-
-        if not isinstance(options["properties"], dict):
-            raise UsageError("properties must be a dict {key: value}")
-        render_properties(options["properties"])  # refuse bad values before the trace
-
-
 @dataclass
 class _Built:
-    """The NNEF graph of one export, with what the result reports about it."""
+    """The NNEF graph of one export, with what the result and the check need of it."""
 
     graph: Graph
+    binding: model_io.Binding
     inputs: list
     outputs: list
     output_names: list[str]
     tracer_warnings: list[str]
     stream_axes: list[int] | None = None  # per input, its streaming axis (-1: none)
 
+    @property
+    def caller(self):
+        """The model as the checks call it: positionally, or through the keyword binding."""
+        model = self.graph.session.model
+        return model_io.Adapter(model, self.binding) if self.binding.keywords else model
 
-def _build(model, binding, output_names, dynamic_axes, options,
-           stream_spec=None, target: str = "tract", capture_with: str = "trace",
-           bf16_as=None) -> _Built:
+
+def _build(session, binding, output_names, dynamic_axes, stream_spec=None) -> _Built:
     """capture -> walk -> passes: the graph the writer serialises."""
     extensions.load_entry_points()  # installed packages' mappings, on the first export
-    args = binding.tensors
+    model, args, capture_with = session.model, binding.tensors, session.capture
     in_names = _names(binding.names, len(args), "input", "input")
     symbols = _symbols_for(dynamic_axes, in_names, args) if dynamic_axes else {}
     least = _symbol_minimums(dynamic_axes, symbols, args) if dynamic_axes else {}
     spec = _stream.resolve(*stream_spec, symbols, args, in_names) if stream_spec else None
+    session.streaming = spec
     if capture_with == "export":
         from t2n.capture.torch_export import capture_export
 
@@ -227,14 +187,7 @@ def _build(model, binding, output_names, dynamic_axes, options,
             raise UsageError(f"the traced model takes {captured.n_inputs} tensor input(s), "
                              f"{len(args)} given")
 
-    g = Graph()
-    if bf16_as is not None:
-        g.bf16_as = bf16_as
-    # without an explicit compute dtype, bf16 values (casts, bf16 buffers) are held in f32
-    # and rounded as PyTorch rounds them (t2n.walk.bf16_values)
-    g.bf16_rounding = bf16_as is None
-    g.streaming = spec
-    g.properties = dict(options.get("properties") or {})
+    g = Graph(session)
     inputs = []
     for i, (name, a) in enumerate(zip(in_names, args)):
         if not dtypes.supported(g.computed(a.dtype)):
@@ -257,8 +210,8 @@ def _build(model, binding, output_names, dynamic_axes, options,
         walker = FxWalker(g, program, sym_handles)
         outs = walker.run(inputs)
         found_names = walker.output_names
-        g.warnings += [f"the model is valid for {r} only (torch.export's guards)"
-                       for r in program.t2n_ranges]
+        session.warnings += [f"the model is valid for {r} only (torch.export's guards)"
+                             for r in program.t2n_ranges]
         tracer_warnings: list[str] = []
     else:
         walker = Walker(g, captured.root, {})
@@ -279,234 +232,44 @@ def _build(model, binding, output_names, dynamic_axes, options,
         g.reserve_name(name)
         handles.append(t)
     g.set_outputs(handles, out_names)
-    passes.run_pipeline(g, passes.PassContext(model=model, args=args, options=dict(options),
-                                              target=target))
+    passes.run_pipeline(g, session)
     if spec is not None:
         _stream.refusals(g, spec)
-    return _Built(g, inputs, handles, out_names, tracer_warnings,
+    return _Built(g, binding, inputs, handles, out_names, tracer_warnings,
                   _stream.stream_axes(spec, symbols, len(args)) if spec else None)
 
 
 def export_graph(model, args, *, input_names=None, output_names=None, dynamic_axes=None,
                  streaming=None, capture: str = "trace", dtype: str | None = None,
-                 **options) -> Graph:
+                 weights: str = "f32", **options) -> Graph:
     """The NNEF graph ``export`` would write for these arguments (after the passes).
 
     For tests and tools that inspect the graph (op counts, shapes) without an archive."""
-    model = _load_model(model)
+    from t2n.session import known_options
+    from t2n.walk import compute_dtype
+    from t2n.write.weight_formats import get_format
+
+    model = load_model(model)
     binding = model_io.bind(model, args, input_names)
-    _check_options(options)
-    return _build(model, binding, output_names, dynamic_axes, options,
-                  (streaming, None) if streaming is not None else None,
-                  capture_with=_capture_mode(capture),
-                  bf16_as=compute_dtype.resolve(dtype, model, binding.tensors)).graph
-
-
-def _capture_mode(capture: str) -> str:
+    unknown = set(options) - known_options()
+    if unknown:
+        raise UsageError(f"unknown export option(s): {', '.join(sorted(unknown))}")
     if capture not in ("trace", "export"):
         raise UsageError(f"capture={capture!r}: choose 'trace' (torch.jit.trace) or 'export' "
                          "(torch.export)")
-    return capture
-
-
-@timed_export
-def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None,
-           check: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
-           weights: str = "f32", streaming: str | None = None, pulse: int | None = None,
-           target: str = "tract", capture: str = "trace", dtype: str | None = None,
-           **options) -> ExportResult:
-    """Export ``model`` run on ``args`` to the NNEF archive ``f`` for tract.
-
-    ``f`` ending in ``.tgz``/``.tar.gz`` gives a gzip tar, ``.tar`` a tar, ``.nnef``, no
-    suffix or a trailing ``/`` a folder; another suffix (``m.zip``) is refused, and so is a
-    user's folder, file or symbolic link at ``f``: only an NNEF archive is replaced
-    (:class:`OutputPathError` before the trace, nothing changed; :mod:`t2n.write.output_paths`).
-
-    With ``check=True`` the archive is run in tract (in a child process) on
-    ``args`` and compared with PyTorch; a mismatch raises :class:`CheckFailedError`. The
-    archive reaches ``f`` only when the export succeeds, check included: after a failed
-    check or any error, ``f`` holds what it held before (:mod:`t2n.write.staging`); the option
-    ``keep_failed=PATH`` moves the archive of a failed check to PATH, for inspection.
-
-    The check proves the graph, not one replay of the trace: besides ``args`` it compares
-    fresh inputs of the same shapes and dtypes, and every dynamic axis at another size
-    (:mod:`t2n.check.fresh_inputs`; seeded by ``seed=``, integers from ``int_range=(lo, hi)``
-    or the example's own range), all run in one load of the archive; the report names
-    the input sets compared. An output that depends on no input (a result the trace froze,
-    e.g. computed through NumPy) is warned about, and fails the check unless declared
-    ``constant_outputs=[name]`` (:mod:`t2n.check.constant_outputs`).
-
-    ``weights`` is how the model's float weights are stored (:mod:`t2n.write.weight_formats`):
-
-    * ``"f32"`` (default): as the model holds them;
-    * ``"f16"``: float32/float64 weights stored as float16 (about half the archive), each
-      cast back after loading, so the graph computes in the model's own dtype;
-    * ``"q4_0"``: weights of linear layers, matrix products with constant weights,
-      convolution filters (rows of ``C_in/groups * kernel``) and embedding tables stored
-      in tract's Q4_0 blocks (32 values along the reduced axis, 4 bits each plus an f16
-      scale: 0.14x of float32), used by tract's matmul and gather directly. Weights whose
-      reduced axis is not a multiple of 32, and all others, stay as held.
-
-    The report (and ``ExportResult.extras["weights"]``) lists what was compressed. With a
-    compressed format, ``check=True`` compares tract with PyTorch run on a copy of the
-    model holding the same rounded weights (the user's model is not modified), and also
-    reports the error against the original model (``extras["weights_error"]``).
-
-    ``streaming="S"`` (one of the ``dynamic_axes`` symbols) makes a streaming export: the
-    graph is built in forms tract can pulse over ``S``, tract pulses it (a model that cannot
-    stream is refused, naming the op and line), ``result.delay`` gives the pulsed model's
-    output delay, and ``check=True`` also runs the pulsed model chunk by chunk (``pulse``
-    steps per chunk; default a small divisor of the example length) against PyTorch on the
-    whole stream (see :mod:`t2n.streaming`).
-
-    ``target="khronos"`` writes standard NNEF (Khronos 1.0.5: standard operations only,
-    static shapes, weights as held) instead of tract's dialect (:mod:`t2n.targets`); its
-    check parses the archive with the Khronos parser and runs nnef-tools' interpreter.
-
-    ``dtype`` is what a bfloat16 model (bf16 weights or inputs; tract has no bf16) computes
-    in, an explicit choice (:mod:`t2n.walk.compute_dtype`): ``"f32"`` (exact bf16 values) or
-    ``"f16"`` (half precision, PyTorch's float16 rules). Its weights are converted while
-    they are written, the model is not modified, and ``check=True`` compares with PyTorch
-    running a converted copy. A bf16 model without ``dtype`` is refused, saying so.
-
-    Before the archive is accepted, its engine loads it (:mod:`t2n.check.load`): tract
-    parses and optimises it into a runnable plan (``target="khronos"``: the Khronos parser
-    reads it), in a child process; a refusal raises ``LoadRefusedError`` naming the op and
-    source line, and nothing is written. ``check=True`` loads it anyway (no second load);
-    ``verify_load=False`` skips this proof.
-
-    ``capture="export"`` captures the model with ``torch.export`` (:mod:`t2n.capture.torch_export`)
-    instead of ``torch.jit.trace``: the same mappings, checks and errors; data-dependent
-    Python control flow is then an error instead of being frozen by the trace.
-    """
-    t0 = time.perf_counter()
-    tgt = get_target(target)
-    if tgt.name != "tract" and (weights != "f32" or streaming is not None or pulse is not None
-                                or options.get("properties")):
-        raise UsageError(f"target {tgt.name!r} writes weights as the model holds them and no "
-                         "streaming form or properties: weights=, streaming=, pulse= and "
-                         "properties= are tract's")
-    model = _load_model(model)
-    binding = model_io.bind(model, args, input_names)
-    args = binding.tensors
-    if not isinstance(f, (str, os.PathLike)):
-        raise UsageError("f must be a path")
-    f = os.fspath(f)
-    # argument checks before the trace, which can take minutes on a large model
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
-               for v in (rtol, atol)):
-        raise UsageError(f"rtol and atol must be numbers >= 0 (got {rtol!r}, {atol!r})")
-    _check_options(options)
-    options["weights"] = weight_formats.check_format(weights)
-    bf16_as = compute_dtype.resolve(dtype, model, args)
-    check_destination(f, options.get("keep_failed"))  # t2n.write.output_paths: never a user's file
-    built = _build(model, binding, output_names, dynamic_axes, options,
-                   (streaming, pulse) if streaming is not None or pulse is not None else None,
-                   target=tgt.name, capture_with=_capture_mode(capture), bf16_as=bf16_as)
-    g, inputs, handles, out_names = built.graph, built.inputs, built.outputs, built.output_names
-    with phase("lower"):
-        tgt.lower(g)
-    constant = constant_outputs.undeclared(g, out_names, options.get("constant_outputs"))
-
-    from t2n.archive_info import archive_ops
-    from t2n.progress import Bar, for_export
-    from t2n.write.writer import write
-
-    # written and checked beside f, moved to f only when the check passes
-    with staged(f, options.get("keep_failed")) as work:
-        bar = for_export(options.get("progress"), quiet=bool(options.get("quiet")), started=t0)
-        try:
-            size = write(g, work, progress=bar, target=tgt)
-        finally:
-            if isinstance(bar, Bar):
-                bar.close()
-        result = ExportResult(
-            path=f,
-            inputs=[TensorInfo(t.name, list(t.shape), dtypes.tract_name(t.dtype)) for t in inputs],
-            outputs=[TensorInfo(n, list(t.shape), dtypes.tract_name(t.dtype))
-                     for n, t in zip(out_names, handles)],
-            op_histogram=archive_ops(work), archive_bytes=size,  # t2n inspect's count
-            export_seconds=time.perf_counter() - t0,
-            warnings=list(g.warnings) + [f"tracer: {w.splitlines()[0]}" for w in
-                                         built.tracer_warnings],
-            extras=dict(g.__dict__.get("extras", {})))
-        if options.get("verify_load", True) and not (check or g.streaming is not None):
-            from t2n.check.load import prove_loads  # (a check or a pulse loads it anyway)
-
-            with phase("load"):
-                prove_loads(work, g, tgt.checker)
-        if g.storage:
-            from t2n.check.compressed import rounded_copy
-
-            result._rounded = lambda: rounded_copy(model, g)
-        else:
-            result._rounded = model
-        for w in g.warnings:
-            warnings.warn(w, stacklevel=2)
-        caller = _caller(model, binding)
-        if g.streaming is not None:
-            reference = caller
-            if check and g.storage:  # compressed weights: the stream runs on the rounded ones
-                from t2n.check.compressed import rounded_copy
-
-                reference = rounded_copy(caller, g)
-            result.stream = _stream.pulse_and_check(
-                work, g, g.streaming, model=reference, args=args, axes=built.stream_axes,
-                out_names=out_names, check=check, rtol=rtol, atol=atol, run_torch=torch_outputs)
-        if check and g.storage:  # compressed weights: compare on the same rounded weights
-            from t2n.check.compressed import check_compressed, cost_lines
-
-            done, cost = check_compressed(work, caller, g, args, out_names, rtol, atol,
-                                          fresh=_fresh(args, inputs, options), constant=constant)
-            result.checks = done.checks
-            result.extras["input_sets"] = [s.to_json() for s in done.sets]
-            result.extras["weights_error"] = {c.name: {"max_abs_err": c.max_abs_err,
-                                                       "max_rel_err": c.max_rel_err} for c in cost}
-            result.extras.setdefault("report_lines", []).extend(cost_lines(cost))
-        elif check:
-            reference = model if bf16_as is None else compute_dtype.reference_model(model, bf16_as)
-            fed = compute_dtype.converted_inputs(args, bf16_as)
-            try:
-                done = check_archive_sets(
-                    work, reference, fed, out_names, rtol=rtol, atol=atol, target=tgt.name,
-                    input_names=binding.names, atol_for=quantization_steps(g, out_names, handles),
-                    fresh=_fresh(fed, inputs, options), constant=constant)
-            except TractError as e:  # the check loads the archive: name the op it refuses
-                from t2n.check.load import with_op_named
-
-                raise with_op_named(e, g) from None
-            result.checks = done.checks
-            result.extras["input_sets"] = [s.to_json() for s in done.sets]
-        if check:
-            result.extras["checked_with"] = tgt.checker
-        if check and not result.passed:
-            bad = [c for c in result.checks + (result.stream.checks if result.stream else [])
-                   if not c.ok]
-            compared = _compared(result.extras.get("input_sets"))
-            raise CheckFailedError(f"{tgt.checker}'s outputs differ from PyTorch's:\n" + "\n".join(
-                "  " + c.line() for c in bad) + (f"\n  input sets compared: {', '.join(compared)}"
-                                                 if compared else ""), report=result)
-    return result
+    chosen = compute_dtype.resolve(dtype, model, binding.tensors)
+    session = ExportSession(model=model, args=binding.tensors, capture=capture,
+                            options=dict(options), weights=get_format(weights),
+                            bf16_as=chosen or torch.float32, bf16_rounding=chosen is None,
+                            compute_dtype=chosen, properties=dict(options.get("properties") or {}))
+    return _build(session, binding, output_names, dynamic_axes,
+                  (streaming, None) if streaming is not None else None).graph
 
 
 def _sym(name: str):
     import sympy
 
     return sympy.Symbol(name, integer=True, positive=True)
-
-
-def quantization_steps(g, out_names, handles) -> dict[str, float]:
-    """{output name: its quantization step} for outputs dequantized from int8 tensors
-    (t2n/mappings/quantized.py): tract and PyTorch requantize with their own rounding, so
-    such an output may differ by one step, which the check accepts."""
-    steps = g.__dict__.get("quant_steps", {})
-    return {n: steps[id(h)] * (1 + 1e-5) for n, h in zip(out_names, handles) if id(h) in steps}
-
-
-def _fresh(args, inputs, options) -> "FreshInputs | None":
-    """The check's fresh input sets, unless ``fresh_inputs=False``."""
-    return FreshInputs.of_export(args, inputs, options) \
-        if options.get("fresh_inputs", True) else None
 
 
 def check_archive(path: str, model, args, out_names: list[str], rtol: float = DEFAULT_RTOL,
@@ -517,28 +280,6 @@ def check_archive(path: str, model, args, out_names: list[str], rtol: float = DE
     ``khronos``) and compare each output with PyTorch. ``args`` and ``input_names`` bind
     to ``forward`` as in :func:`export`; ``atol_for`` gives a larger absolute tolerance to
     some outputs, by name."""
-    return check_archive_sets(path, model, args, out_names, rtol=rtol, atol=atol, target=target,
-                              input_names=input_names, atol_for=atol_for).checks
-
-
-@timed("check")
-def check_archive_sets(path: str, model, args, out_names: list[str], *, rtol: float, atol: float,
-                       target: str = "tract", input_names=None, atol_for=None, fresh=None,
-                       constant=(), more=()):
-    """:func:`check_archive` on the example ``args`` ("example"; None: none), the named
-    input sets ``more`` ([(name, args)]) and the fresh sets of ``fresh``
-    (:mod:`t2n.check.fresh_inputs`), the engine loading the archive once: a
-    :class:`t2n.check.input_sets.SetsCheck`."""
-    from t2n.check import nnef_tools_runner, tract_runner
-    from t2n.check.input_sets import InputSet, check_sets
-
-    engine = get_target(target).checker
-    run = nnef_tools_runner.run_sets_in_nnef_tools if engine == "nnef-tools" \
-        else tract_runner.run_sets_in_tract
-    model = _load_model(model)
-    sets = ([InputSet("example", args)] if args is not None else []) + \
-        [InputSet(n, a) for n, a in more]
-    return check_sets(path, model, sets, out_names, run_sets=run, engine=engine, rtol=rtol,
-                      atol=atol, input_names=input_names, atol_for=atol_for, fresh=fresh,
-                      constant=tuple(constant))
-
+    return check_archive_sets(path, load_model(model), args, out_names, rtol=rtol, atol=atol,
+                              target=target, input_names=input_names,
+                              atol_for=atol_for).checks

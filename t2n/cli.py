@@ -124,6 +124,27 @@ def cli(debug: bool):
     _STATE["debug"] = debug or bool(os.environ.get("T2N_DEBUG"))
 
 
+class TableChoice(click.Choice):
+    """A choice among the names of one of t2n's tables (targets, weight formats, compute
+    dtypes), read from the table itself when a command needs it (its help or its parsing):
+    the CLI lists no names of its own, and importing it loads no torch."""
+
+    def __init__(self, table: str):
+        self._table = table  # "module:attribute", a dict keyed by the names
+        super().__init__(())
+
+    @property
+    def choices(self):
+        import importlib
+
+        module, attr = self._table.split(":")
+        return tuple(getattr(importlib.import_module(module), attr))
+
+    @choices.setter
+    def choices(self, _value):  # click.Choice.__init__ assigns it
+        pass
+
+
 # ---------------------------------------------------------------------------- export
 @cli.command("export")
 @click.argument("model", metavar="MODEL")
@@ -175,18 +196,19 @@ def cli(debug: bool):
 @click.option("--compact", is_flag=True,
               help="Remove the channels that structured pruning zeroed (smaller, faster "
                    "archive, same outputs); the report lists them per layer.")
-@click.option("--weights", type=click.Choice(["f32", "f16", "q4_0"]), default="f32",
+@click.option("--weights", type=TableChoice("t2n.write.weight_formats:WEIGHT_FORMATS"), default="f32",
               show_default=True,
               help="How float weights are stored: as held (f32), float16 (f16, half the "
                    "size), or tract's 4-bit Q4_0 blocks for linear/matmul weights, "
                    "convolution filters and embedding tables (q4_0). --check then compares "
                    "with PyTorch on the same rounded weights and reports the error against "
                    "the original model.")
-@click.option("--dtype", "compute", type=click.Choice(["f32", "f16"]), default=None,
+@click.option("--dtype", "compute", type=TableChoice("t2n.walk.compute_dtype:CHOICES"),
+              default=None,
               help="What a bfloat16 model computes in (tract has no bf16): float32 (f32, "
                    "exact bf16 values) or float16 (f16). Required for bf16 models.")
 @click.option("--target", default="tract", show_default=True,
-              type=click.Choice(["tract", "khronos"]),
+              type=TableChoice("t2n.targets:TARGETS"),
               help="NNEF dialect: tract (tract_core ops, dynamic shapes) or khronos "
                    "(standard NNEF 1.0.5, checked with nnef-tools).")
 @click.option("--capture", default="trace", show_default=True,
@@ -364,7 +386,7 @@ def inspect_cmd(archive, assignments, no_macs, as_json):
               help="Archive to write: OUT.tgz (gzip tar), OUT.tar, or a folder (OUT.nnef, "
                    "no suffix, or any name ending in /). Only an NNEF archive at OUT is "
                    "replaced.")
-@click.option("--weights", type=click.Choice(["f32", "f16", "q4_0"]), default="f32",
+@click.option("--weights", type=TableChoice("t2n.write.weight_formats:WEIGHT_FORMATS"), default="f32",
               show_default=True, help="How the archive stores the weights.")
 @click.option("--check", is_flag=True,
               help="Generate greedily in tract and require transformers' generate() tokens "

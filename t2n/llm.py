@@ -368,10 +368,9 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     ``all_logits=True`` returns the logits of every position (``[1, S, V]``, for scoring a
     text) instead of the last one's (``[1, 1, V]``, all that decoding reads)."""
     from t2n.api import export
+    from t2n.write.weight_formats import get_format
 
-    from t2n.write.weight_formats import check_format
-
-    weights = check_format(weights)
+    weights = get_format(weights).name
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
             or max_new_tokens < 1:
         raise UsageError(f"max_new_tokens must be an integer >= 1, not {max_new_tokens!r}")

@@ -4,7 +4,7 @@
 tract's ``Pulse`` transform streams over. The archive is the ordinary one (with ``S``
 symbolic); what streaming changes is:
 
-* **lowerings**: the walk's graph carries a :class:`Streaming` (``Graph.streaming``) that
+* **lowerings**: the export session carries a :class:`Streaming` (its ``streaming``) that
   lowerings consult through ``Graph.streams(t, axis)`` to pick forms tract can pulse (a
   strided slice on the streaming axis stays a slice, not a gather of indices; average
   pooling padded on the stream is a depthwise convolution of ones);

@@ -56,7 +56,8 @@ def assert_exports(model, args, *, rtol: float = DEFAULT_RTOL, atol: float = DEF
     bools exactly. Returns the :class:`~t2n.api.ExportResult`.
     """
     __tracebackhide__ = True  # pytest: show the failure at the caller's line
-    from t2n.api import _as_args, check_archive_sets, export
+    from t2n.api import _as_args, export
+    from t2n.check.verify import check_archive_sets
     from t2n.errors import CheckFailedError, TractError
 
     what = type(model).__name__ if not isinstance(model, (str, os.PathLike)) else str(model)

@@ -108,10 +108,11 @@ def test_a_constant_is_never_taken_for_a_freed_tensor_with_the_same_id():
     # weight). Keyed tensors are kept alive, and a key whose tensor is another one misses.
     import weakref
 
+    from t2n.session import ExportSession
     from t2n.walk.builder import Graph
     from t2n.walk.walker import Walker
 
-    w = Walker(Graph(), None, {})
+    w = Walker(Graph(ExportSession()), None, {})
     first = torch.randn(2, 80, 4)
     handle = w._tensor_arg(first, None)
     alive = weakref.ref(first)

@@ -111,9 +111,10 @@ def test_pt2e_style_program_exports_with_user_mappings(capture):
 
 
 def test_constant_takes_numpy_torch_and_python_values():
+    from t2n.session import ExportSession
     from t2n.walk.builder import Graph
 
-    g = Graph()
+    g = Graph(ExportSession())
     a = g.constant(np.arange(6, dtype=np.int32).reshape(2, 3))
     assert a.dtype == torch.int32 and tuple(a.shape) == (2, 3)
     b = g.constant(np.float32(1.5))

@@ -10,6 +10,7 @@ import sympy
 import torch
 
 from t2n.write import writer
+from t2n.session import ExportSession
 from t2n.walk.builder import Graph
 from t2n.walk.loops import Loop
 from t2n.check.tract_runner import run_in_tract
@@ -40,7 +41,7 @@ def _expected(x, w, reverse):
 
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_loop_forward_and_reverse(tmp_path, dynamic):
-    g = Graph()
+    g = Graph(ExportSession())
     n = sympy.Symbol("T", integer=True, positive=True) if dynamic else 5
     if dynamic:
         g.add_symbol("T")
@@ -65,7 +66,7 @@ def test_loop_forward_and_reverse(tmp_path, dynamic):
 
 
 def test_loop_misuse_is_an_error():
-    g = Graph()
+    g = Graph(ExportSession())
     x = g.add_input("x", [4, 2], torch.float32)
     loop = Loop(g)
     xt = loop.scan(x, axis=0)

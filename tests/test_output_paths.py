@@ -242,12 +242,13 @@ def test_final_move_checks_what_it_removes(tmp_path, monkeypatch):
 
 
 def test_writer_applies_the_rule_too(tmp_path):
+    from t2n.session import ExportSession
     from t2n.walk.builder import Graph
 
     proj = _user_project(tmp_path)
     before = snapshot(tmp_path)
     with pytest.raises(OutputPathError, match="notes.txt"):
-        writer.write(Graph(), str(proj))
+        writer.write(Graph(ExportSession()), str(proj))
     assert snapshot(tmp_path) == before
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import t2n
-from t2n import api, passes
+from t2n import api, passes, session
 from t2n.errors import UsageError
 
 
@@ -18,7 +18,7 @@ def test_every_declared_pass_loads_with_its_name():
 
 
 def test_export_accepts_exactly_the_declared_options():
-    assert api._KNOWN_OPTIONS == api._API_OPTIONS | passes.options()
+    assert session.known_options() == session.API_OPTIONS | passes.options()
     assert "compact" in passes.options()
 
 

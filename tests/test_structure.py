@@ -170,6 +170,124 @@ def test_no_module_over_600_lines(pkg):
                       "docs/architecture.md): " + ", ".join(f"{m} ({n})" for n, m in long))
 
 
+# ------------------------------------------------------------------- the export session
+GRAPH_HOMES = {"t2n.walk.builder", "t2n.walk.loops"}  # Graph and its loop-body subclass
+_GRAPH_NAMES = {"g", "graph", "body", "root", "outer"}
+
+
+def _is_graph(node) -> bool:
+    """``g``, ``graph``, ``self.g``...: the names the package gives a Graph."""
+    if isinstance(node, ast.Name):
+        return node.id in _GRAPH_NAMES
+    return isinstance(node, ast.Attribute) and node.attr in _GRAPH_NAMES \
+        and isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
+def _graph_fields() -> set[str]:
+    """The attributes ``Graph.__init__`` declares (``self.x = ...``)."""
+    tree = ast.parse(open(MODULES["t2n.walk.builder"], encoding="utf-8").read())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Graph")
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    return {t.attr for n in ast.walk(init) if isinstance(n, (ast.Assign, ast.AnnAssign))
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            if isinstance(t, ast.Attribute)}
+
+
+def _trees():
+    for mod, path in sorted(MODULES.items()):
+        yield mod, ast.parse(open(path, encoding="utf-8").read(), path)
+
+
+def test_no_state_is_written_onto_a_graph_outside_its_module():
+    """Export-wide state lives in t2n.session.ExportSession: no ``g.__dict__``, no
+    ``setattr(g, ...)`` and no ``g.name = ...`` of an attribute ``Graph`` does not declare,
+    outside the graph's own modules."""
+    bad = []
+    for mod, tree in _trees():
+        if mod in GRAPH_HOMES:
+            continue
+        for node in ast.walk(tree):
+            where = f"{mod}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Attribute) and node.attr == "__dict__" \
+                    and _is_graph(node.value):
+                bad.append(f"{where} reads or writes the graph's __dict__")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id == "setattr" and node.args and _is_graph(node.args[0]):
+                bad.append(f"{where} setattr on a graph")
+            elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                bad += [f"{where} sets graph attribute {t.attr}, which Graph does not declare"
+                        for t in targets if isinstance(t, ast.Attribute)
+                        and _is_graph(t.value) and t.attr not in _graph_fields()]
+    assert not bad, ("state written onto a graph (put it in t2n.session.ExportSession):\n  "
+                     + "\n  ".join(bad))
+
+
+_NAMED_CONCEPTS = {"tract", "khronos", "q4_0"}  # target and weight-format names
+
+
+def _compares_a_concept(node) -> str | None:
+    if not isinstance(node, ast.Compare):
+        return None
+    for x in [node.left, *node.comparators]:
+        if isinstance(x, ast.Attribute) and x.attr in ("target", "weights"):
+            return f"compares .{x.attr}"
+        if isinstance(x, ast.Call) and isinstance(x.func, ast.Attribute) \
+                and x.func.attr == "get" and x.args and isinstance(x.args[0], ast.Constant) \
+                and x.args[0].value in ("target", "weights"):
+            return f"compares the {x.args[0].value!r} option"
+        values = x.elts if isinstance(x, (ast.Tuple, ast.List, ast.Set)) else [x]
+        named = [v.value for v in values if isinstance(v, ast.Constant)
+                 and v.value in _NAMED_CONCEPTS]
+        if named:
+            return f"compares with {named[0]!r}"
+    return None
+
+
+def test_passes_and_mappings_never_compare_a_target_or_format_name():
+    """Targets and weight formats answer through their own tables (session.target.can(...),
+    session.weights.compresses); a pass or mapping never tests their names."""
+    bad = [f"{mod}:{node.lineno} {why}" for mod, tree in _trees()
+           if mod.startswith(("t2n.passes", "t2n.mappings")) for node in ast.walk(tree)
+           for why in [_compares_a_concept(node)] if why]
+    assert not bad, "name comparisons of targets or formats:\n  " + "\n  ".join(bad)
+
+
+def test_the_concept_checks_see_a_comparison():
+    """Guards the two checks above against passing on a misread tree."""
+    tree = ast.parse('if session.target != "tract" or options.get("weights") == "q4_0":\n'
+                     '    g.__dict__["x"] = 1\n    g.y = 2\n')
+    assert sum(1 for n in ast.walk(tree) if _compares_a_concept(n)) == 2
+    assert _is_graph(ast.parse("self.g").body[0].value)
+    assert {"ops", "node", "session"} <= _graph_fields() and "storage" not in _graph_fields()
+
+
+def test_export_reads_as_its_pipeline():
+    """``export()`` is the pipeline: session -> capture -> walk -> passes -> lowering ->
+    write -> verify, in at most 60 lines (docstring included)."""
+    tree = ast.parse(open(MODULES["t2n.api"], encoding="utf-8").read())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "export")
+    length = fn.end_lineno - fn.decorator_list[0].lineno + 1
+    assert length <= 60, f"t2n.api.export is {length} lines, over 60"
+
+
+def test_one_installed_package():
+    """The distribution installs t2n only (op families are t2n.mappings; the fixtures live
+    in tests/ and are not installed)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        setup = tomllib.load(f)["tool"]["setuptools"]
+    assert setup["packages"] == {"find": {"include": ["t2n*"]}}, setup["packages"]
+    from setuptools import find_packages
+
+    found = find_packages(ROOT, include=["t2n*"])
+    assert found and all(p == "t2n" or p.startswith("t2n.") for p in found), found
+    assert "t2n.mappings" in found and "t2n.walk" in found
+
+
 # ------------------------------------------------------------------------------ the docs
 
 README_MAX_CHARS = 15_000

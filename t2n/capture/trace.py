@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from t2n.capture.autograd_inline import inline_autograd_functions
-from t2n.errors import ModelLoadError, T2NError, TraceError
+from t2n.errors import ModelLoadError, T2NError, TraceError, UsageError
 from t2n.capture.model_mode import eval_mode
 from t2n.capture.script_types import complete_types
 from t2n.stopwatch import timed
@@ -34,6 +34,17 @@ class Captured:
     tracer_warnings: list
     output_names: list | None = None  # from the model's result (see model_io.flatten)
     path_prefix: str = ""  # module path of the user's model inside ``root``
+
+
+def load_model(model):
+    """The user's model as an ``nn.Module``: a module or ScriptModule as given, a path loaded
+    with :func:`load_torchscript`; anything else is a UsageError."""
+    if isinstance(model, (str, os.PathLike)):
+        return load_torchscript(os.fspath(model))
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"model must be an nn.Module, a ScriptModule or a path, not "
+                         f"{type(model).__name__}")
+    return model
 
 
 def load_torchscript(path: str):

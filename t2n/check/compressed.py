@@ -34,7 +34,7 @@ def _over(storage, like: torch.Tensor) -> torch.Tensor:
 def rounded_storages(g) -> dict[int, object]:
     """{model storage data pointer: a fresh storage holding the rounded values}."""
     fresh: dict[int, object] = {}
-    for st in g.storage.values():
+    for st in g.session.storage.values():
         data = st.data if st.source is None else st.source
         ptr = data.untyped_storage().data_ptr()
         if ptr not in fresh:

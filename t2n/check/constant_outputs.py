@@ -36,7 +36,7 @@ def input_independent(g: Graph) -> list[str]:
 
 def undeclared(g: Graph, out_names: list[str], declared) -> list[str]:
     """Outputs that depend on no input and are not declared ``constant_outputs``: warned
-    about now (``g.warnings``), failed by the check."""
+    about now (the session's warnings), failed by the check."""
     declared = [declared] if isinstance(declared, str) else list(declared or ())
     unknown = [n for n in declared if n not in out_names]
     if unknown:
@@ -44,7 +44,7 @@ def undeclared(g: Graph, out_names: list[str], declared) -> list[str]:
                          f"(outputs: {', '.join(out_names)})")
     found = [n for n in input_independent(g) if n not in declared]
     if found:
-        g.warnings.append(warning(found))
+        g.session.warnings.append(warning(found))
     return found
 
 

@@ -45,9 +45,8 @@ def _runtime_arange(g, length, hint: str):
     data: its size is a fresh data-dependent symbol."""
     import sympy  # loaded only when needed: a static export does not import sympy
 
-    g._count_symbols = getattr(g, "_count_symbols", 0) + 1
-    n = sympy.Symbol(f"{DATA_DEPENDENT_PREFIX}{hint}_{g._count_symbols}", integer=True,
-                     nonnegative=True)
+    n = sympy.Symbol(f"{DATA_DEPENDENT_PREFIX}{hint}_{g.count('count symbols')}",
+                     integer=True, nonnegative=True)
     return g.op("tract_core_range", g.scalar(0, torch.int64), length,
                 g.scalar(1, torch.int64), out_dtype=torch.int64, out_shape=[n])
 

@@ -40,7 +40,7 @@ _KEEPS_QPARAMS = {"reshape", "squeeze", "unsqueeze", "transpose", "slice", "max_
 
 # ---------------------------------------------------------------------------- qparams
 def _table(g) -> dict:
-    return g.__dict__.setdefault("qparams", {})
+    return g.session.quantized.params
 
 
 def set_qparams(g, t, scale: float, zero_point: int):
@@ -68,8 +68,7 @@ def _quantized(x) -> bool:
 
 
 def _label(g, kind: str) -> str:
-    g.__dict__["_qcount"] = g.__dict__.get("_qcount", 0) + 1
-    return f"quantized.{kind}{g.__dict__['_qcount']}"
+    return g.session.quantized.label(kind)
 
 
 # ---------------------------------------------------------------------------- float <-> int
@@ -126,7 +125,7 @@ def dequantize(g, self):
         return self
     out = dequantize_tensor(g, self)
     # the check accepts one quantization step of difference on this output (t2n.api)
-    g.__dict__.setdefault("quant_steps", {})[id(out)] = qparams(g, self)[0]
+    g.session.quantized.steps[id(out)] = qparams(g, self)[0]
     return out
 
 
@@ -314,7 +313,7 @@ def _one_state_step(g, outs, weights, products):
     qmax = 127.0 if products.reduce_range else 255.0
     largest = max(float((w.ints.float().abs() * w.scales[:, None]).max())
                   for w in weights if hasattr(w, "ints"))
-    steps = g.__dict__.setdefault("quant_steps", {})
+    steps = g.session.quantized.steps
     for t in outs:
         steps[id(t)] = 2.0 / qmax * largest
     return outs

@@ -75,8 +75,7 @@ class PackedBatchSizes:
             if self._longest is None:
                 import sympy
 
-                n = getattr(g, "_t2n_longest", 0) + 1
-                g._t2n_longest = n
+                n = g.count("longest symbols")
                 self._longest = _MaxLength(self.data, sympy.Symbol(f"t2n_longest_{n}",
                                                                    integer=True,
                                                                    positive=True))

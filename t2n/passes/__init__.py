@@ -12,9 +12,12 @@ A pass is one module of this package that defines a module-level ``PASS``, a
 :class:`GraphPass`:
 
 * ``name``: the pass's name (the module's name), used in errors and reports;
-* ``run(g, ctx) -> None``: rewrites ``g`` in place. ``ctx`` is a :class:`PassContext` with the
-  user's ``model`` (never modified), the example ``args`` and the export ``options``. A pass
-  decides itself whether it has work to do (e.g. only when its option is set);
+* ``run(g, session) -> None``: rewrites ``g`` in place. ``session`` is the export's
+  :class:`t2n.session.ExportSession`: the user's ``model`` (never modified), the example
+  ``args``, the export ``options``, the target and weight format (asked through their own
+  tables: ``session.target.can(...)``, ``session.weights.compresses``) and the tables the
+  stages share. A pass decides itself whether it has work to do (e.g. only when its option
+  is set);
 * ``options``: the names of the ``t2n.export(**options)`` keywords the pass reads. ``export``
   accepts exactly the union of these and its own options, and refuses any other name once,
   before the trace starts.
@@ -32,8 +35,8 @@ package that is not named in :data:`PIPELINE` is a helper of a pass (``channels`
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Callable
 
 # The passes, in the order they run: module names in this package.
 PIPELINE: tuple[str, ...] = (
@@ -63,19 +66,9 @@ PIPELINE: tuple[str, ...] = (
 
 
 @dataclass(frozen=True)
-class PassContext:
-    """What a pass may read besides the graph: the user's model and the export call."""
-
-    model: Any = None
-    args: tuple = ()
-    options: dict = field(default_factory=dict)
-    target: str = "tract"  # the NNEF dialect the graph is written in (t2n.targets)
-
-
-@dataclass(frozen=True)
 class GraphPass:
     name: str
-    run: Callable[..., None]  # run(g: Graph, ctx: PassContext) -> None
+    run: Callable[..., None]  # run(g: Graph, session: t2n.session.ExportSession) -> None
     options: tuple[str, ...] = ()
 
 
@@ -95,10 +88,10 @@ def options() -> frozenset[str]:
     return frozenset(o for p in pipeline() for o in p.options)
 
 
-def run_pipeline(g, ctx: PassContext) -> None:
+def run_pipeline(g, session) -> None:
     """Run every pass of the pipeline on ``g``, in order."""
     from t2n.stopwatch import phase
 
     for p in pipeline():
         with phase(p.name):
-            p.run(g, ctx)
+            p.run(g, session)

@@ -27,7 +27,8 @@ import string
 from t2n import dtypes
 from t2n.walk.builder import Graph, Op, Tensor
 from t2n.write.weight_formats import Q4Storage
-from t2n.passes import GraphPass, PassContext
+from t2n.passes import GraphPass
+from t2n.session import ExportSession
 from t2n.passes.rewrite import einsum_specs
 
 _BATCH = "abcdefghijlopqrstuvwxyz"  # batch labels of a matmul (m, k, n are its matrix axes)
@@ -69,10 +70,10 @@ def _relabelled(inputs: list[Tensor], specs: list[str]) -> list[str] | None:
     return out if changed else None
 
 
-def run(g: Graph, ctx: PassContext) -> None:
-    if ctx.target != "tract":
+def run(g: Graph, session: ExportSession) -> None:
+    if not session.target.can("engine_product_forms"):
         return  # tract's reshape folding is the reason; standard matmul broadcasts size 1
-    block_quantized = {vid for vid, st in getattr(g, "storage", {}).items()
+    block_quantized = {vid for vid, st in session.storage.items()
                        if isinstance(st, Q4Storage)}
     for op in g.ops:
         found = _matmul_as_einsum(op) if op.kind == "matmul" else \

@@ -27,8 +27,8 @@ _BROADCASTING = frozenset({"add", "sub", "mul", "div", "pow", "max", "min", "and
                            "lt", "gt", "le", "ge", "eq", "ne"})
 
 
-def run(g: Graph, ctx) -> None:
-    if not enabled(ctx) or getattr(g, "streaming", None) is not None:
+def run(g: Graph, session) -> None:
+    if not enabled(session) or session.streaming is not None:
         return
     _chains(g, "reshape", _merge_reshapes)
     _chains(g, "transpose", _merge_transposes)

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 import torch
 
 from t2n.walk.builder import Graph, Op, Tensor
-from t2n.passes import GraphPass, PassContext, compact_layout, compact_region, compact_values
+from t2n.passes import GraphPass, compact_layout, compact_region, compact_values
+from t2n.session import ExportSession
 from t2n.passes.channels import (CONV_KINDS, conv_bias, linear_bias_add, linear_weight, op_order,
                        per_channel, set_conv_bias, tensor_uses, variable_label, weight_layers)
 
@@ -64,10 +65,10 @@ class LayerStats:
 
 
 # ---------------------------------------------------------------------------- entry point
-def compact_pass(g: Graph, ctx: PassContext) -> None:
+def compact_pass(g: Graph, session: ExportSession) -> None:
     """Compact with ``compact=True``; report the pruned layers of a pruned model anyway."""
-    compact = bool(ctx.options.get("compact", False))
-    if not compact and not _has_pruning(ctx.model):
+    compact = bool(session.options.get("compact", False))
+    if not compact and not _has_pruning(session.model):
         return
     uses = tensor_uses(g)
     stats = {id(op): _layer_stats(g, op, uses) for op in weight_layers(g)}
@@ -78,7 +79,7 @@ def compact_pass(g: Graph, ctx: PassContext) -> None:
         if id(op) in stats:
             stats[id(op)].channels_after, stats[id(op)].params_after = _size(g, op, uses)
     layers = list(stats.values())
-    extras = g.__dict__.setdefault("extras", {})
+    extras = session.extras
     extras["layers"] = layers
     before = sum(s.params_before for s in layers)
     after = sum(s.params_after for s in layers)

@@ -29,8 +29,9 @@ from t2n.passes import GraphPass
 from t2n.passes.rewrite import Index, TextFragment, const, may_fold_weights, scalar_const
 
 
-def run(g: Graph, ctx) -> None:
-    if not may_fold_weights(ctx) or ctx.target != "tract" or g.streaming is not None:
+def run(g: Graph, session) -> None:
+    if not may_fold_weights(session) or not session.target.can("fragment_calls") \
+            or session.streaming is not None:
         # compressed weights: the format planner reads the ops as mapped; streaming: the
         # pulse refusals name the aten ops, which a fragment call would hide
         return

@@ -24,8 +24,8 @@ from t2n.passes.rewrite import enabled
 _EXPR = re.compile(r"^([a-zA-Z]+),([a-zA-Z]+)->([a-zA-Z]+)$")
 
 
-def run(g: Graph, ctx) -> None:
-    if not enabled(ctx):
+def run(g: Graph, session) -> None:
+    if not enabled(session):
         return
     for i, op in enumerate(g.ops):
         if op.kind != "tract_core_einsum" or len(op.args) != 1:

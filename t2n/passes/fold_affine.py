@@ -29,8 +29,8 @@ from t2n.passes.rewrite import (Index, may_fold_weights, rewrite_until_stable, c
                                 const, derived, enabled, float64, read_elsewhere, scaled_weight)
 
 
-def run(g: Graph, ctx) -> None:
-    if may_fold_weights(ctx):
+def run(g: Graph, session) -> None:
+    if may_fold_weights(session):
         rewrite_until_stable(g, _fold_after)
         _drop_zero_biases(g)
 

@@ -29,9 +29,9 @@ from t2n.passes.rewrite import (Index, may_fold_weights, rewrite_until_stable, c
                                 derived, enabled, float64, compressing, read_elsewhere)
 
 
-def run(g: Graph, ctx) -> None:
-    if may_fold_weights(ctx):
-        compressed = compressing(ctx)
+def run(g: Graph, session) -> None:
+    if may_fold_weights(session):
+        compressed = compressing(session)
         rewrite_until_stable(g, lambda g, index, op: _fold(g, index, op, compressed))
 
 

@@ -31,8 +31,8 @@ from t2n.passes.rewrite import (Index, may_fold_weights, rewrite_until_stable, c
 _LAYOUT = ("reshape", "transpose", "slice", "squeeze", "unsqueeze", "copy")
 
 
-def run(g: Graph, ctx) -> None:
-    if may_fold_weights(ctx):
+def run(g: Graph, session) -> None:
+    if may_fold_weights(session):
         rewrite_until_stable(g, _fold)
 
 

@@ -22,12 +22,12 @@ from t2n.passes import GraphPass
 from t2n.passes.rewrite import Index, channel_vector, derived, may_fold_weights, read_elsewhere
 
 
-def run(g: Graph, ctx) -> None:
-    if not may_fold_weights(ctx):
+def run(g: Graph, session) -> None:
+    if not may_fold_weights(session):
         return  # compressed weights keep the forms their format was planned on
     # a transposed copy of a weight is a new tensor, not the model's weight times a factor:
     # a compressed format could not map its rounding back onto the model for the check
-    transpose_ok = ctx.options.get("weights") in (None, "f32")
+    transpose_ok = not session.weights.compresses
     index = Index(g)
     place = {id(op): at for at, op in enumerate(g.ops)}
     fused: set[int] = set()  # matmuls now inside a linear, left out at the end

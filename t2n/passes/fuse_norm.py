@@ -29,8 +29,8 @@ from t2n.passes import GraphPass
 from t2n.passes.rewrite import Index, enabled, scalar_const
 
 
-def run(g: Graph, ctx) -> None:
-    if not enabled(ctx):
+def run(g: Graph, session) -> None:
+    if not enabled(session):
         return
     index = Index(g)
     for at, op in enumerate(list(g.ops)):  # replaced in place: places do not move

@@ -25,8 +25,9 @@ from t2n.passes import GraphPass
 from t2n.passes.rewrite import enabled
 
 
-def run(g: Graph, ctx) -> None:
-    if not enabled(ctx) or ctx.target != "tract" or getattr(g, "streaming", None) is not None:
+def run(g: Graph, session) -> None:
+    if not enabled(session) or not session.target.can("partial_reshape") \
+            or session.streaming is not None:
         return
     for op in g.ops:
         if op.kind != "reshape" or set(op.attrs) != {"shape"} or len(op.args) != 1:

@@ -37,7 +37,8 @@ from __future__ import annotations
 import torch
 
 from t2n.walk.builder import Graph, Op, Tensor, broadcast_shapes
-from t2n.passes import GraphPass, PassContext
+from t2n.passes import GraphPass
+from t2n.session import ExportSession
 from t2n.passes.channels import ELEMENTWISE
 from t2n.passes.rewrite import Index, derived, einsum_specs
 
@@ -299,8 +300,8 @@ def _transpose_on_broadcast(g: Graph, index: Index, op: Op, feeding: set[int]) -
     return True
 
 
-def run(g: Graph, ctx: PassContext) -> None:
-    if ctx.target != "tract":
+def run(g: Graph, session: ExportSession) -> None:
+    if not session.target.can("engine_product_forms"):
         return
     state = {"feeding": None}
 

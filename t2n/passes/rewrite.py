@@ -16,22 +16,22 @@ from t2n.walk.builder import Graph, Op, Tensor, _flatten
 OPTION = "optimize"
 
 
-def enabled(ctx) -> bool:
-    return bool(ctx.options.get(OPTION, True))
+def enabled(session) -> bool:
+    return bool(session.options.get(OPTION, True))
 
 
-def may_fold_weights(ctx) -> bool:
+def may_fold_weights(session) -> bool:
     """Whether the passes that compute new weights from the model's (folding) and rewrite
     their consumers may run. They also run before a compressed format
     (``weights="f16"``/``"q4_0"``): a folded weight that is a model weight times a factor
     is recorded as such (:func:`derived` with ``scaled=True``), so the format compresses
     it and the check maps its rounding back onto the model weight."""
-    return enabled(ctx)
+    return enabled(session)
 
 
-def compressing(ctx) -> bool:
+def compressing(session) -> bool:
     """Whether the export stores weights in a compressed format (``weights="f16"|"q4_0"``)."""
-    return ctx.options.get("weights") not in (None, "f32")
+    return session.weights.compresses
 
 
 def read_elsewhere(g: Graph, index: "Index", w: Tensor) -> bool:
@@ -302,10 +302,10 @@ def derived(g: Graph, like: Tensor | None, data: torch.Tensor, suffix: str | Non
     if label and suffix:
         label = label.rsplit(".", 1)[0] + "." + suffix if "." in label else label + "." + suffix
     t = g.variable(data, label)
-    g.__dict__.setdefault("folded", set()).add(id(t))
+    g.session.derived.folded.add(id(t))
     if scaled and like is not None and isinstance(like.value, torch.Tensor) \
             and tuple(like.value.shape) == tuple(data.shape):
-        table = g.__dict__.setdefault("scaled_from", {})
+        table = g.session.derived.scaled_from
         table[id(t)] = table.get(id(like), like.value)
     return t
 
@@ -401,7 +401,7 @@ class TextFragment:
         self.name = name
         self._head = f"fragment {name}({params}) -> ({results})"
         self._body = body
-        self.body = Graph()  # no nested fragments inside
+        self.body = Graph(None)  # text only: no nested fragments, nothing built in it
 
     def render(self) -> list[str]:
         return [self._head, "{"] + ["  " + line + ";" for line in self._body] + ["}"]

@@ -25,15 +25,16 @@ from __future__ import annotations
 
 from t2n import dtypes
 from t2n.walk.builder import Graph, Op, Tensor
-from t2n.passes import GraphPass, PassContext
+from t2n.passes import GraphPass
+from t2n.session import ExportSession
 from t2n.passes.rewrite import Index, TextFragment, einsum_specs, may_fold_weights
 
 _BATCH = "abcdefghijlopqrstuvwxyz"  # batch labels (m, k, n are the matrix axes)
 
 
-def run(g: Graph, ctx: PassContext) -> None:
-    if ctx.target != "tract" or not may_fold_weights(ctx) or getattr(g, "storage", None) \
-            or ctx.options.get("weights") not in (None, "f32"):
+def run(g: Graph, session: ExportSession) -> None:
+    if not session.target.can("engine_product_forms") or not may_fold_weights(session) \
+            or session.weights.compresses:
         return
     index = Index(g)
     defined: set[str] = {f.name for f in g.fragments}

@@ -21,8 +21,8 @@ from t2n.passes import GraphPass
 from t2n.passes.rewrite import Index, enabled
 
 
-def run(g: Graph, ctx) -> None:
-    if not enabled(ctx) or getattr(g, "streaming", None) is not None:
+def run(g: Graph, session) -> None:
+    if not enabled(session) or session.streaming is not None:
         return  # a streaming export keeps its explicit pads and layout for tract's pulsing
     index = Index(g)
     place = {id(op): at for at, op in enumerate(g.ops)}  # ops are replaced in place

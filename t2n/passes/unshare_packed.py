@@ -35,8 +35,9 @@ FOLD_BUDGET_BYTES = 4 << 20
 _SHAPE_OPS = ("reshape", "unsqueeze", "squeeze")
 
 
-def run(g: Graph, ctx) -> None:
-    if not enabled(ctx) or ctx.target != "tract" or ctx.options.get("weights") == "q4_0":
+def run(g: Graph, session) -> None:
+    if not enabled(session) or not session.target.can("engine_product_forms") \
+            or session.weights.block_quantized:
         return
     variables = {id(v.tensor) for v in g.variables}
     index = Index(g)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from t2n import dtypes
+from t2n.targets.capabilities import FEATURES
 from t2n.walk.builder import Graph, Tensor, format_dim
 
 
@@ -26,6 +27,15 @@ class Target:
     declares_symbols: bool
     checker: str
     shallow_text: bool = False
+    features: frozenset[str] = frozenset()  # of t2n.targets.capabilities.FEATURES
+    help: str = ""  # one line for the CLI's --target choices
+
+    def can(self, feature: str) -> bool:
+        """Whether this target's reader takes the graph form ``feature`` (a name of
+        :data:`t2n.targets.capabilities.FEATURES`; another name is a programming error)."""
+        if feature not in FEATURES:
+            raise KeyError(f"unknown target feature {feature!r}")
+        return feature in self.features
 
     def lower(self, g: Graph) -> None:
         """Rewrite ``g`` in place into what this target can express, or refuse with one

@@ -19,6 +19,19 @@ from __future__ import annotations
 
 FLOAT, ANY, COMPARE, LOGICAL = "float", "any", "compare", "logical"
 
+# Forms of the graph the passes may write, by what a target's reader takes (Target.can):
+FEATURES: dict[str, str] = {
+    "fragment_calls": "composite ops (GELU, layer norm, clamp...) as calls of t2n's NNEF "
+                      "fragments instead of their expansion (t2n.passes.compose)",
+    "partial_reshape": "reshapes written over the axes they change, axis_start/axis_count "
+                       "(t2n.passes.minimal_reshape)",
+    "engine_product_forms": "matrix products in the operand layouts tract's kernels take: "
+                            "labelled broadcast axes, squeezed or split constant weights, "
+                            "un-broadcast operands (broadcast_axes, squeeze_weights, "
+                            "unshare_packed, product_broadcasts)",
+    "properties": "tract_core_properties: metadata a runtime reads (export(properties=...))",
+}
+
 KHRONOS: dict[str, str] = {
     # element-wise arithmetic and functions
     **{k: FLOAT for k in (

@@ -338,4 +338,5 @@ def _standard_literals(g: Graph) -> None:
 
 
 KHRONOS = KhronosTarget(name="khronos", extensions=(), declares_symbols=False,
-                        checker="nnef-tools")
+                        checker="nnef-tools", help="standard NNEF 1.0.5: standard operations, "
+                        "static shapes")

@@ -142,7 +142,7 @@ def call_node(g, name: str, fn, args: list):
     per PyTorch's half opmath (:func:`t2n.walk.opmath.call`)."""
     if is_bf16_node(g):
         return call(g, name, fn, args)
-    if getattr(g, "bf16_rounding", False) and _base(name) in _COMPARISONS:
+    if g.session.bf16_rounding and _base(name) in _COMPARISONS:
         args = _bf16_operands(g, args)
     return opmath.call(g, name, fn, args)
 
@@ -150,7 +150,7 @@ def call_node(g, name: str, fn, args: list):
 def is_bf16_node(g) -> bool:
     """Whether the node being converted has a bf16 result that the graph must round."""
     node = g.node
-    return bool(getattr(g, "bf16_rounding", False) and node is not None
+    return bool(g.session.bf16_rounding and node is not None
                 and any(d == BF16 for d in node.torch_out_dtypes))
 
 
@@ -218,7 +218,7 @@ def round_to_bf16(g, t: Tensor) -> Tensor:
 
 def _held(g) -> set:
     """ids of the graph's tensors known to hold bf16 values (results of the rounding)."""
-    return g.__dict__.setdefault("_bf16_held", set())
+    return g.session.bf16_held
 
 
 def _rounded(g, r, dtype):

@@ -56,9 +56,11 @@ class NodeContext:
 
 
 class Graph:
-    """An NNEF graph being built: inputs, ops in emission order, variables, outputs."""
+    """An NNEF graph being built: inputs, ops in emission order, variables, outputs. The
+    export's choices and shared tables are its ``session`` (t2n.session.ExportSession)."""
 
-    def __init__(self):
+    def __init__(self, session):
+        self.session = session
         self.inputs: list[Tensor] = []
         self.outputs: list[Tensor] = []
         self.output_names: list[str] = []
@@ -67,27 +69,23 @@ class Graph:
         self.symbols: dict[str, int] = {}  # tract symbol -> its least size (t2n.walk.dynamic)
         self.fragments: list = []  # loop bodies (t2n.walk.loops.Fragment), written first
         self._var_cache: dict = {}
-        self.shared: dict = {}  # size-only values built once and reused by every op (key -> value)
+        self.shared: dict = {}  # values built once per graph and reused by later ops (key -> value)
         self._labels: set[str] = set()
         self._names: set[str] = set()
-        self._counter = 0
-        self._const_counter = 0
+        self._counts: Counter = Counter()  # the graph's numbered sequences (count())
         self.node: NodeContext | None = None
-        self.warnings: list[str] = []
-        # id(variable tensor) -> how it is stored (t2n.write.weight_formats); absent: as held
-        self.storage: dict = {}
-        # the compute dtype of bfloat16 values (export's ``dtype=``); tract has no bf16
-        self.bf16_as = torch.float32
-        # the export's streaming axis (t2n.streaming.Streaming) or None; lowerings consult
-        # it through streams() to pick forms tract can pulse
-        self.streaming = None
 
     # ------------------------------------------------------------------ naming
+    def count(self, sequence: str) -> int:
+        """The next number (1 first) of one of the graph's sequences: fresh names, constant
+        labels, the sizes the data decides (each family of symbols numbered apart)."""
+        self._counts[sequence] += 1
+        return self._counts[sequence]
+
     def fresh_name(self, hint: str) -> str:
         hint = sanitize(hint.replace("tract_core_", ""))
         while True:
-            self._counter += 1
-            name = f"{hint}_{self._counter}"
+            name = f"{hint}_{self.count('name')}"
             if name not in self._names:
                 self._names.add(name)
                 return name
@@ -99,7 +97,7 @@ class Graph:
     def computed(self, dtype):
         """The dtype the graph computes a value of torch ``dtype`` in (bf16 -> the export's
         ``dtype=`` choice)."""
-        return self.bf16_as if dtype == torch.bfloat16 else dtype
+        return self.session.bf16_as if dtype == torch.bfloat16 else dtype
 
     def out_dtype(self, i: int = 0) -> torch.dtype:
         """The dtype PyTorch gave output ``i`` of the node being converted."""
@@ -109,8 +107,10 @@ class Graph:
         return tuple(self.node.out_shapes[i])
 
     def streams(self, t: Tensor, axis: int) -> bool:
-        """Whether ``axis`` of ``t`` is the streaming axis of a streaming export."""
-        return self.streaming is not None and self.streaming.carries(t.shape[axis])
+        """Whether ``axis`` of ``t`` is the streaming axis of a streaming export (lowerings
+        ask it to pick forms tract can pulse)."""
+        streaming = self.session.streaming
+        return streaming is not None and streaming.carries(t.shape[axis])
 
     def error(self, message: str) -> ConversionError:
         """A ConversionError naming the current op: ``raise g.error("...")``."""
@@ -144,8 +144,7 @@ class Graph:
         if not dtypes.supported(dtype):
             raise self.error(f"constant of dtype {data.dtype} is not supported by tract")
         if label is None:
-            self._const_counter += 1
-            label = f"t2n_const_{self._const_counter}"
+            label = f"t2n_const_{self.count('const')}"
         t = Tensor(self.fresh_name(label), data.shape, dtype, value=data)
         self.variables.append(Variable(t, label, data))
         if key is not None:
@@ -186,7 +185,7 @@ class Graph:
                 dtype = _python_dtype(value)
             t = torch.tensor(value, dtype=dtype)
         if t.dtype == torch.bfloat16 and t.numel() <= MAX_INLINE_ELEMENTS:
-            t = t.to(self.bf16_as)
+            t = t.to(self.session.bf16_as)
         if t.numel() <= MAX_INLINE_ELEMENTS and t.numel() > 0:
             lit = self._literal_text(t)
             if lit is not None:

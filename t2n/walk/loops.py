@@ -100,12 +100,11 @@ class Body(Graph):
     """The graph of a loop body: names from the outer graph, weights stored there."""
 
     def __init__(self, outer: Graph, loop: "Loop"):
-        super().__init__()
+        super().__init__(outer.session)
         self.outer = outer
         self._loop = loop
         self.node = outer.node
         self.symbols = outer.symbols
-        self.warnings = outer.warnings
 
     def fresh_name(self, hint: str) -> str:
         return self.outer.fresh_name(hint)
@@ -246,7 +245,7 @@ class Loop:
             full=[(p.name, x) for p, x in self._full],
             state=[(p.name, init, r.name) for p, init, r in states],
             output=[(r.name, kind, axis, step) for r, kind, axis, step in outs],
-            **({} if root.streaming is not None else {"reset_every_turn": 1}),
+            **({} if root.session.streaming is not None else {"reset_every_turn": 1}),
             outputs=len(outs), out_shapes=out_shapes, out_dtypes=out_dtypes)
         return [res] if len(outs) == 1 else list(res)
 

@@ -194,10 +194,10 @@ def _up(g, v, half_scalars=False):
     if half_scalars and isinstance(v, (int, float)) and not isinstance(v, bool):
         return float(torch.tensor(v, dtype=HALF))
     if isinstance(v, Tensor) and v.dtype == HALF:
-        cache = g.__dict__.setdefault("_opmath_casts", {})  # one cast per f16 tensor
-        hit = cache.get(id(v))
+        key = ("opmath cast", id(v))  # one cast per f16 tensor of the graph
+        hit = g.shared.get(key)
         if hit is None or hit[0] is not v:
-            hit = cache[id(v)] = (v, g.cast(v, OPMATH))
+            hit = g.shared[key] = (v, g.cast(v, OPMATH))
         return hit[1]
     if isinstance(v, list):
         return [_up(g, x) for x in v]

@@ -307,7 +307,7 @@ class Walker:
                 shapes = [s if s is not None else t for s, t in zip(sym, shapes)]
             elif sym is None and op not in self.symbolic.unknown:
                 self.symbolic.unknown.add(op)
-                self.g.warnings.append(f"{op}: PyTorch has no symbolic shape "
+                self.g.session.warnings.append(f"{op}: PyTorch has no symbolic shape "
                                        "function for it; t2n's own shape is used (traced "
                                        "sizes for the axes it leaves static)")
         args = self._resolve_args(schema, node, inputs,

@@ -25,8 +25,8 @@ constants t2n computes during the export (folded biases among them) stay as they
 The interface
 -------------
 :func:`plan` runs after the graph passes (it is the ``weights`` pass): it decides, per
-variable, a :class:`Storage` and records it in ``Graph.storage`` (keyed by the variable's
-tensor id); it also adjusts the few consumer attributes a layout needs (a transposed matmul
+variable, a :class:`Storage` and records it in the session's ``storage`` (keyed by the
+variable's tensor id); it also adjusts the few consumer attributes a layout needs (a transposed matmul
 operand, the output type of a gather from a block-quantized table). The writer then
 declares each variable with :meth:`Storage.declaration` and streams its bytes with
 :meth:`Storage.header` / :meth:`Storage.payload`, one tensor at a time, a few MB at a time;
@@ -45,7 +45,30 @@ from t2n import dtypes
 from t2n.errors import UsageError
 from t2n.write.weight_layouts import CONV_ROWS, Uses
 
-FORMATS = ("f32", "f16", "q4_0")
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """One ``weights=`` choice, with the questions the passes ask of it.
+
+    ``compresses``: some float weights are stored rounded (so the passes must not invent
+    weights the check cannot map back onto the model's, and the check runs on the rounded
+    model); ``block_quantized``: products' weights are stored in blocks tract's matmul
+    reads directly (it packs nothing at load)."""
+
+    name: str
+    compresses: bool
+    block_quantized: bool
+    help: str
+
+
+WEIGHT_FORMATS: dict[str, WeightFormat] = {f.name: f for f in (
+    WeightFormat("f32", False, False, "every weight as the model holds it"),
+    WeightFormat("f16", True, False, "float weights stored as float16, cast back after loading"),
+    WeightFormat("q4_0", True, True, "products' weights, filters and embedding tables in "
+                 "tract's 4-bit Q4_0 blocks"),
+)}
+FORMATS = tuple(WEIGHT_FORMATS)
 F16_MAX = 65504.0
 Q4_BLOCK = 32
 Q4_BLOCK_BYTES = 18  # f16 scale + 16 bytes of 4-bit values
@@ -54,14 +77,14 @@ Q4_0_GGML_CODE = 0x3040  # Q4_0 blocks in GGML nibble order (tract nnef/src/tens
 STREAM_ELEMENTS = 1 << 22  # values converted per piece while streaming
 
 
-def check_format(weights) -> str:
-    """The normalised format name, or a UsageError listing the known ones."""
+def get_format(weights) -> WeightFormat:
+    """The format called ``weights`` (None: ``"f32"``), or a UsageError listing them."""
     if weights is None:
-        return "f32"
-    if not isinstance(weights, str) or weights.lower() not in FORMATS:
+        return WEIGHT_FORMATS["f32"]
+    if not isinstance(weights, str) or weights.lower() not in WEIGHT_FORMATS:
         raise UsageError(f"weights={weights!r} is not a weight format; use one of "
                          f"{', '.join(repr(f) for f in FORMATS)}")
-    return weights.lower()
+    return WEIGHT_FORMATS[weights.lower()]
 
 
 # ---------------------------------------------------------------------------- storages
@@ -292,18 +315,19 @@ def model_storages(model) -> set[int]:
     return out
 
 
-def plan(g, weights: str, model) -> Plan:
-    """Decide how every weight of ``g`` is stored (see the module docstring)."""
+def plan(g, session) -> Plan:
+    """Decide how every weight of ``g`` is stored, into ``session.storage`` (see the module
+    docstring)."""
 
-    fmt = check_format(weights)
+    fmt = session.weights.name
     result = Plan(fmt)
-    g.storage = {}
-    if fmt == "f32":
+    session.storage.clear()
+    if not session.weights.compresses:
         return result
     uses = Uses(g)
-    owned = model_storages(model)
-    scaled_from = g.__dict__.get("scaled_from", {})
-    folded = g.__dict__.get("folded", set())
+    owned = model_storages(session.model)
+    scaled_from = session.derived.scaled_from
+    folded = session.derived.folded
     chosen: dict[int, Storage] = {}
     for v in uses.variables():
         data = v.data
@@ -343,7 +367,7 @@ def plan(g, weights: str, model) -> Plan:
         st = chosen.get(id(v.tensor))
         if st is None:
             continue
-        g.storage[id(v.tensor)] = st
+        session.storage[id(v.tensor)] = st
         if isinstance(st, Q4Storage):
             uses.adapt_consumers_to_q4(v, st.transposed)
         dtypes_seen.add(v.data.dtype)

@@ -28,7 +28,6 @@ from t2n.write.nnef_text import nnef_type
 from t2n.write.shallow_text import ShallowText
 from t2n.write.output_paths import output_kind  # noqa: F401  (t2n.write.writer.output_kind)
 from t2n.write.staging import move_into_place
-from t2n.targets import TRACT, Target
 from t2n.stopwatch import timed
 
 GRAPH_NAME = "network"
@@ -36,15 +35,18 @@ WRITE_SLICE = 1 << 24  # bytes per write call when reporting progress
 
 
 # ---------------------------------------------------------------------------- graph.nnef
-def render_graph(g: Graph, target: Target = TRACT) -> str:
+def render_graph(g: Graph) -> str:
+    """graph.nnef in the dialect of the graph's target (``g.session.target``), declaring each
+    weight as the session's ``storage`` says."""
+    target, storage = g.session.target, g.session.storage
     ops = g.live_ops()
     used = g.used_tensors(ops)
     _name_outputs(g, ops)
     lines = ["version 1.0;", ""] + target.header_lines(g)
     lines.append("")
     lines.extend(render_fragments(g))
-    if target.name == "tract":  # tract's own metadata fragment (export refuses it elsewhere)
-        lines += render_properties(getattr(g, "properties", None) or {})
+    if target.can("properties"):  # tract's own metadata fragment (refused elsewhere)
+        lines += render_properties(g.session.properties)
     shallow = ShallowText(_names(g, ops)) if target.shallow_text else None
     body = []
     for t in g.inputs:
@@ -53,7 +55,7 @@ def render_graph(g: Graph, target: Target = TRACT) -> str:
     aliases = same_bytes_aliases(g, used)
     for v in g.variables:
         if id(v.tensor) in used and id(v.tensor) not in aliases:
-            body += _declaration(g, v, labels[id(v.tensor)], g.storage.get(id(v.tensor)),
+            body += _declaration(g, v, labels[id(v.tensor)], storage.get(id(v.tensor)),
                                  shallow)
     for v in g.variables:
         if id(v.tensor) in aliases:
@@ -287,8 +289,8 @@ def payload_bytes(g: Graph, graph_text: bytes) -> int:
     total = len(graph_text)
     aliases = same_bytes_aliases(g, used)
     for v in g.variables:
-        if id(v.tensor) in g.storage and id(v.tensor) not in aliases:
-            total += 128 + g.storage[id(v.tensor)].nbytes()
+        if id(v.tensor) in g.session.storage and id(v.tensor) not in aliases:
+            total += 128 + g.session.storage[id(v.tensor)].nbytes()
         elif id(v.tensor) in used and id(v.tensor) not in aliases:
             n = v.data.numel()
             n = (n + 7) // 8 if v.data.dtype == torch.bool else \
@@ -310,7 +312,7 @@ def _members(g: Graph, graph_text: bytes):
                              if id(v.tensor) in used and id(v.tensor) not in aliases]
     for v in sorted(vars_, key=lambda v: labels[id(v.tensor)]):
         name = labels[id(v.tensor)] + ".dat"
-        storage = g.storage.get(id(v.tensor))
+        storage = g.session.storage.get(id(v.tensor))
         if storage is not None:  # a weight format: converted piece by piece while written
             yield name, storage.header(), storage.payload()
             continue
@@ -321,8 +323,9 @@ def _members(g: Graph, graph_text: bytes):
 
 # ---------------------------------------------------------------------------- output kinds
 @timed("write")
-def write(g: Graph, path: str, progress=None, target: Target = TRACT) -> int:
-    """Write the archive atomically in ``target``'s dialect; returns its size in bytes.
+def write(g: Graph, path: str, progress=None) -> int:
+    """Write the archive atomically in the dialect of the graph's target (its session's);
+    returns its size in bytes.
 
     The kind (tar, gzip tar, folder) comes from the name (:func:`output_kind`); what is at
     ``path`` is replaced only when it is an archive (:mod:`t2n.write.output_paths`)."""
@@ -332,7 +335,7 @@ def write(g: Graph, path: str, progress=None, target: Target = TRACT) -> int:
     parent = os.path.dirname(path) or "."
     if not os.access(parent, os.W_OK):
         raise UsageError(f"cannot write {path}: directory {parent} is not writable")
-    graph_text = render_graph(g, target).encode("utf-8")
+    graph_text = render_graph(g).encode("utf-8")
     if progress is not None and hasattr(progress, "start"):
         progress.start(payload_bytes(g, graph_text))
     base = os.path.basename(path)

@@ -124,9 +124,8 @@ def runtime_mask_positions(g, k, mask):
     flat = g.cast(flatten_all(g, g.cast(mask, torch.bool)), torch.int64)  # [N]
     count = g.reduce("sum_reduce", flat, [0], keepdim=False)
     key = g.binary("mul", flat, g.const(torch.arange(n, 0, -1)))
-    g._mask_symbols = getattr(g, "_mask_symbols", 0) + 1
-    nnz = sympy.Symbol(f"{DATA_DEPENDENT_PREFIX}mask_count_{g._mask_symbols}", integer=True,
-                       nonnegative=True)
+    nnz = sympy.Symbol(f"{DATA_DEPENDENT_PREFIX}mask_count_{g.count('mask symbols')}",
+                       integer=True, nonnegative=True)
     _, pos = g.op("tract_core_topk", key, count, axis=0, largest=True, outputs=2,
                   out_dtypes=[torch.int64, torch.int64], out_shapes=[[nnz], [nnz]])
     return flat_positions_to_columns(g, pos, shape)

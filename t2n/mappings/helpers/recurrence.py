@@ -228,7 +228,7 @@ def _gru_seq_applies(g, x, w_hhs, mask, products) -> bool:
     body, without a packed-sequence mask, in an export that does not stream (tract cannot
     pulse the op)."""
     return (x.dtype == torch.float32 and products is FLOAT_PRODUCTS and mask is None
-            and g.streaming is None and not isinstance(g, Body)
+            and g.session.streaming is None and not isinstance(g, Body)
             and all(w.is_const for w in w_hhs))
 
 
