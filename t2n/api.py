@@ -16,14 +16,14 @@ from t2n.capture import model_io
 from t2n.write import weight_formats
 from t2n import streaming as _stream
 from t2n.walk.builder import Graph, safe_identifier
-from t2n.capture.trace import capture, load_torchscript
+from t2n.capture.strategies import capture_strategy
+from t2n.capture.trace import load_torchscript
 from t2n.check.compare import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
 from t2n.check.eager import torch_outputs
 from t2n.errors import CheckFailedError, ConversionError, TractError, UsageError
 from t2n.check.fresh_inputs import FreshInputs
 from t2n.write.staging import check_destination, staged
 from t2n.targets import get_target
-from t2n.walk.walker import Walker
 from t2n.stopwatch import phase, timed, timed_export
 
 
@@ -217,15 +217,8 @@ def _build(model, binding, output_names, dynamic_axes, options,
     symbols = _symbols_for(dynamic_axes, in_names, args) if dynamic_axes else {}
     least = _symbol_minimums(dynamic_axes, symbols, args) if dynamic_axes else {}
     spec = _stream.resolve(*stream_spec, symbols, args, in_names) if stream_spec else None
-    if capture_with == "export":
-        from t2n.capture.torch_export import capture_export
-
-        program = capture_export(model, binding, symbols, in_names)
-    else:
-        captured = capture(model, args, binding)
-        if captured.n_inputs != len(args):
-            raise UsageError(f"the traced model takes {captured.n_inputs} tensor input(s), "
-                             f"{len(args)} given")
+    program = capture_strategy(capture_with, model, binding).capture(model, binding, symbols,
+                                                                     in_names)
 
     g = Graph()
     if bf16_as is not None:
@@ -249,23 +242,11 @@ def _build(model, binding, output_names, dynamic_axes, options,
             g.add_symbol(sym, minimum=least[sym])
         inputs.append(g.add_input(name, shape, g.computed(a.dtype)))
 
-    if capture_with == "export":
-        from t2n.walk.fx_walker import FxWalker
-
-        sym_handles = {i: {axis: _sym(name) for axis, name in axes.items()}
-                       for i, axes in symbols.items()}
-        walker = FxWalker(g, program, sym_handles)
-        outs = walker.run(inputs)
-        found_names = walker.output_names
-        g.warnings += [f"the model is valid for {r} only (torch.export's guards)"
-                       for r in program.t2n_ranges]
-        tracer_warnings: list[str] = []
-    else:
-        walker = Walker(g, captured.root, {})
-        walker.path_prefix = captured.path_prefix
-        outs = walker.run(captured.graph, inputs)
-        found_names = captured.output_names
-        tracer_warnings = list(captured.tracer_warnings)
+    outs = program.walk(g, inputs, {i: {axis: _sym(name) for axis, name in axes.items()}
+                                    for i, axes in symbols.items()})
+    g.warnings += program.warnings
+    found_names = program.output_names
+    tracer_warnings = program.tracer_warnings
     if output_names is None and found_names is not None and len(found_names) == len(outs):
         output_names = found_names  # ModelOutput fields, cache tensors ...
     out_names = _names(output_names, len(outs), "output", "output")
