@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from t2n.walk import bf16_values, registry
+from t2n.walk import registry
 from t2n.walk.builder import Graph, Tensor
 from t2n.errors import ConversionError
 from t2n.walk.core import POISON, OpCall, Out, WalkerCore, unmapped_library_op
@@ -32,7 +32,7 @@ from t2n.walk.torchscript import (_has_symbols, _is_number, _is_symbolic, _py,
                                   _symbolic_shapes, _ts_dtype, _ts_sizes, _ts_strides, _Unsupported,
                                   scalar_type, source_location)
 from t2n.walk.torchscript import _T2N_DIR, _TORCH_DIR  # noqa: F401  (kept importable from here)
-from t2n.walk.views import LIST_VIEW_OPS, VIEW_OPS, _list_view_chain, _scatter_view, _View
+from t2n.walk.views import ViewWrites
 from t2n.stopwatch import timed
 
 
@@ -45,9 +45,9 @@ _PY_ARITH = {
 }
 
 
-class Walker(WalkerCore):
-    """The reader of TorchScript graphs: visits the nodes, keeps their values by
-    ``torch._C.Value``, and tracks views so that in-place writes reach their bases."""
+class Walker(ViewWrites, WalkerCore):
+    """The reader of TorchScript graphs: visits the nodes and keeps their values by
+    ``torch._C.Value``; views and in-place writes are :class:`t2n.walk.views.ViewWrites`'s."""
 
     def __init__(self, graph: Graph, root, labels: dict[int, str]):
         super().__init__(graph, labels)
@@ -74,22 +74,6 @@ class Walker(WalkerCore):
         frozen = any("only works" in reason for uses in self.problems.values()
                      for reason, _ in uses)
         return self._outputs(outs, hint=_FROZEN_SIZES_HINT if frozen else None)
-
-    # ------------------------------------------------------------------ values
-    def _get(self, v):
-        value = self.env[v]
-        view = self.views.get(v)
-        if view is not None and self.version.get(view.base, 0) != view.version:
-            value = self._rederive(v, view)
-        return value
-
-    def _rederive(self, v, view: _View):
-        value = self._get(view.base)
-        for name, args in view.chain:
-            value = registry.lookup(name)(self.g, value, *args)
-        self.env[v] = value
-        view.version = self.version.get(view.base, 0)
-        return value
 
     # ------------------------------------------------------------------ nodes
     def _visit(self, node) -> None:
@@ -283,88 +267,6 @@ class Walker(WalkerCore):
                 and isinstance(value, int) and not isinstance(value, bool):
             return self.g.computed(scalar_type(value))
         return value
-
-    def _in_place(self, call: OpCall, fn):
-        if registry.is_inplace(call.name):
-            return self._inplace(call.node, call.name, fn, call.args)
-        return None
-
-    def _after_fold(self, call: OpCall, results: list) -> None:
-        node, name, inputs = call.node, call.name, call.values
-        if name in ("detach", "alias"):  # weight.detach() then an in-place op on it
-            # (embedding max_norm renorms the table): the write must reach the weight
-            self._register_view_of(node.inputsAt(0), node.output(), (name, []))
-        elif name in VIEW_OPS and isinstance(inputs[0], torch.Tensor):
-            # a view of a folded tensor (z = zeros(...); z[:, 0] = x): a write of a
-            # run-time value into it must reach z (RWKV's per-layer states)
-            self._register_view_of(node.inputsAt(0), node.output(), (name, inputs[1:]))
-
-    def _after_mapping(self, call: OpCall, results: list) -> None:
-        node, name, args = call.node, call.name, call.args
-        if name in VIEW_OPS and isinstance(args[0], Tensor):
-            self._register_view(node, name, args)
-        if name in LIST_VIEW_OPS and isinstance(args[0], Tensor) and \
-                isinstance(results[0], list):
-            self.list_views[node.output()] = (node.inputsAt(0),
-                                              _list_view_chain(name, args, results[0]))
-
-    # ------------------------------------------------------------------ views and in-place
-    def _register_view(self, node, name: str, args: list) -> None:
-        self._register_view_of(node.inputsAt(0), node.output(), (name, args[1:]))
-
-    def _register_view_of(self, src, out, link) -> None:
-        parent = self.views.get(src)
-        if parent is not None:
-            self.views[out] = _View(parent.base, parent.chain + [link],
-                                    self.version.get(parent.base, 0))
-        else:
-            self.views[out] = _View(src, [link], self.version.get(src, 0))
-
-    def _inplace(self, node, name: str, fn, args: list) -> list:
-        target_v = node.inputsAt(0)
-        target = args[0]
-        if not isinstance(target, Tensor):
-            raise _Unsupported("in-place op on a non-tensor")
-        if target.complex:
-            raise _Unsupported("in-place writes into complex tensors are not supported")
-        if name[:-1] in VIEW_OPS:  # t_, transpose_, unsqueeze_: same data, new layout
-            result = fn(self.g, *args)
-            self._register_view(node, name[:-1], args)
-            return [result]
-        result = bf16_values.call_node(self.g, name, fn, args)
-        result = self.g.cast(result, target.dtype)
-        if tuple(result.shape) != tuple(target.shape):
-            result = self.g.broadcast_to(result, target.shape)
-        view = self.views.get(target_v)
-        if view is not None:
-            base = self._tensor_arg(self._get(view.base), None)  # a folded base: a constant
-            if base.complex:
-                raise _Unsupported("in-place writes into views of complex tensors are not "
-                                   "supported")
-            new_base = self._write_back(base, view.chain, result)
-            self.env[view.base] = new_base
-            self.version[view.base] = self.version.get(view.base, 0) + 1
-            self.env[target_v] = result
-            view.version = self.version[view.base]
-            self.views[node.output()] = _View(view.base, list(view.chain), view.version)
-        else:
-            self.env[target_v] = result
-            self.version[target_v] = self.version.get(target_v, 0) + 1
-            self.views[node.output()] = _View(target_v, [], self.version[target_v])
-        return [result]
-
-    def _write_back(self, base: Tensor, chain: list, value: Tensor) -> Tensor:
-        if not chain:
-            return value
-        (name, args), rest = chain[0], chain[1:]
-        node, self.g.node = self.g.node, None  # the view ops are re-run out of their node:
-        try:  # the traced shapes of the in-place node are not theirs (view(2, 6)[0] = v)
-            inner = registry.lookup(name)(self.g, base, *args)
-        finally:
-            self.g.node = node
-        new_inner = self._write_back(inner, rest, value)
-        return _scatter_view(self.g, name, base, new_inner, args)
-
 
 # after a refusal because a size fits the example only: the tracer records sizes the model
 # computes in Python (math.ceil(h / p), sizes kept on modules) as numbers
