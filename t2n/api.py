@@ -19,7 +19,8 @@ import torch
 from t2n import dtypes, extensions, passes
 from t2n import streaming as _stream
 from t2n.capture import model_io
-from t2n.capture.trace import capture, load_model
+from t2n.capture.strategies import capture_strategy, check_capture
+from t2n.capture.trace import load_model
 from t2n.check import constant_outputs
 from t2n.check.compare import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
 from t2n.check.eager import torch_outputs  # noqa: F401  (t2n.api.torch_outputs, for tests)
@@ -29,7 +30,6 @@ from t2n.result import ExportResult, TensorInfo
 from t2n.session import ExportSession, open_session
 from t2n.stopwatch import phase, timed_export
 from t2n.walk.builder import Graph, safe_identifier
-from t2n.walk.walker import Walker
 
 __all__ = ["export", "export_graph", "check_archive", "ExportResult", "TensorInfo"]
 
@@ -177,16 +177,8 @@ def _build(session, binding, output_names, dynamic_axes, stream_spec=None) -> _B
     least = _symbol_minimums(dynamic_axes, symbols, args) if dynamic_axes else {}
     spec = _stream.resolve(*stream_spec, symbols, args, in_names) if stream_spec else None
     session.streaming = spec
-    if capture_with == "export":
-        from t2n.capture.torch_export import capture_export
-
-        program = capture_export(model, binding, symbols, in_names)
-    else:
-        captured = capture(model, args, binding)
-        if captured.n_inputs != len(args):
-            raise UsageError(f"the traced model takes {captured.n_inputs} tensor input(s), "
-                             f"{len(args)} given")
-
+    program = capture_strategy(capture_with, model, binding).capture(model, binding, symbols,
+                                                                     in_names)
     g = Graph(session)
     inputs = []
     for i, (name, a) in enumerate(zip(in_names, args)):
@@ -202,23 +194,11 @@ def _build(session, binding, output_names, dynamic_axes, stream_spec=None) -> _B
             g.add_symbol(sym, minimum=least[sym])
         inputs.append(g.add_input(name, shape, g.computed(a.dtype)))
 
-    if capture_with == "export":
-        from t2n.walk.fx_walker import FxWalker
-
-        sym_handles = {i: {axis: _sym(name) for axis, name in axes.items()}
-                       for i, axes in symbols.items()}
-        walker = FxWalker(g, program, sym_handles)
-        outs = walker.run(inputs)
-        found_names = walker.output_names
-        session.warnings += [f"the model is valid for {r} only (torch.export's guards)"
-                             for r in program.t2n_ranges]
-        tracer_warnings: list[str] = []
-    else:
-        walker = Walker(g, captured.root, {})
-        walker.path_prefix = captured.path_prefix
-        outs = walker.run(captured.graph, inputs)
-        found_names = captured.output_names
-        tracer_warnings = list(captured.tracer_warnings)
+    outs = program.walk(g, inputs, {i: {axis: _sym(name) for axis, name in axes.items()}
+                                    for i, axes in symbols.items()})
+    session.warnings += program.warnings
+    found_names = program.output_names
+    tracer_warnings = program.tracer_warnings
     if output_names is None and found_names is not None and len(found_names) == len(outs):
         output_names = found_names  # ModelOutput fields, cache tensors ...
     out_names = _names(output_names, len(outs), "output", "output")
@@ -254,9 +234,7 @@ def export_graph(model, args, *, input_names=None, output_names=None, dynamic_ax
     unknown = set(options) - known_options()
     if unknown:
         raise UsageError(f"unknown export option(s): {', '.join(sorted(unknown))}")
-    if capture not in ("trace", "export"):
-        raise UsageError(f"capture={capture!r}: choose 'trace' (torch.jit.trace) or 'export' "
-                         "(torch.export)")
+    check_capture(capture)
     chosen = compute_dtype.resolve(dtype, model, binding.tensors)
     session = ExportSession(model=model, args=binding.tensors, capture=capture,
                             options=dict(options), weights=get_format(weights),

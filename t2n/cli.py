@@ -212,7 +212,7 @@ class TableChoice(click.Choice):
               help="NNEF dialect: tract (tract_core ops, dynamic shapes) or khronos "
                    "(standard NNEF 1.0.5, checked with nnef-tools).")
 @click.option("--capture", default="trace", show_default=True,
-              type=click.Choice(["trace", "export"]),
+              type=TableChoice("t2n.capture.strategies:CHOICES"),
               help="Front end: torch.jit.trace, or torch.export (data-dependent control "
                    "flow is an error instead of being frozen).")
 @_EXTENSION_OPTION

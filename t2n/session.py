@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from t2n.capture.strategies import check_capture
 from t2n.check.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from t2n.errors import UsageError
 from t2n.targets import TARGETS, Target, get_target
@@ -103,7 +104,6 @@ class ExportSession:
 # fresh_inputs (CheckSettings)
 API_OPTIONS = frozenset({"progress", "quiet", "properties", "keep_failed", "verify_load",
                          "constant_outputs", "int_range", "seed", "fresh_inputs"})
-CAPTURES = ("trace", "export")
 
 
 def known_options() -> frozenset[str]:
@@ -127,9 +127,7 @@ def open_session(model, args: tuple, f, *, check=False, rtol=DEFAULT_RTOL, atol=
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
                for v in (rtol, atol)):
         raise UsageError(f"rtol and atol must be numbers >= 0 (got {rtol!r}, {atol!r})")
-    if capture not in CAPTURES:
-        raise UsageError(f"capture={capture!r}: choose 'trace' (torch.jit.trace) or 'export' "
-                         "(torch.export)")
+    check_capture(capture)
     unknown = set(options) - known_options()
     if unknown:
         raise UsageError(f"unknown export option(s): {', '.join(sorted(unknown))}")

@@ -356,3 +356,49 @@ def test_relative_links_in_the_docs_resolve():
             elif fragment and dest.endswith(".md") and fragment not in _anchors(dest):
                 broken.append(f"{where}: no heading #{fragment} in {os.path.relpath(dest, ROOT)}")
     assert not broken, "broken links:\n  " + "\n  ".join(broken)
+
+
+# ------------------------------------------------------------------------------ the walkers
+
+WALKER_CORE = "t2n.walk.core"
+IR_READERS = ("t2n.walk.walker", "t2n.walk.fx_walker")
+# what a reader may define again: the core's constructor and the hooks it asks readers for
+READER_HOOKS = {"__init__", "_torch_values", "_complete", "_argument", "_in_place",
+                "_after_fold", "_after_mapping"}
+
+
+def _definitions(mod: str) -> set[str]:
+    """The names ``mod`` defines: functions and methods at any depth, classes, and
+    module-level assignments."""
+    tree = ast.parse(open(MODULES[mod], encoding="utf-8").read(), MODULES[mod])
+    names = {n.name for n in ast.walk(tree)
+             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    for n in tree.body:
+        targets = n.targets if isinstance(n, ast.Assign) else \
+            [n.target] if isinstance(n, ast.AnnAssign) else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_one_walker_core():
+    """Folding, conforming, error recording and tensor arguments exist once, in the core;
+    the IR readers (TorchScript, FX) only translate their nodes for it."""
+    core = _definitions(WALKER_CORE)
+    assert {"_record", "_foldable", "_fold", "_conform", "_tensor_arg", "_resolve",
+            "conform", "_pruned_label", "_NON_DETERMINISTIC"} <= core
+    again = {mod: sorted((_definitions(mod) & core) - READER_HOOKS) for mod in IR_READERS}
+    assert not any(again.values()), f"defined again outside {WALKER_CORE}: {again}"
+    for mod in IR_READERS:
+        assert WALKER_CORE in GRAPH[mod], f"{mod} does not build on {WALKER_CORE}"
+
+
+def test_export_picks_a_capture_strategy_without_naming_it():
+    """t2n/api.py compares no value with a capture kind: the capture strategy table
+    (t2n/capture/strategies.py) maps the kind to what captures and walks."""
+    tree = ast.parse(open(MODULES["t2n.api"], encoding="utf-8").read())
+    kinds = {"trace", "export", "torchscript"}
+    named = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Compare)
+             and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in n.ops)
+             and any(isinstance(c, ast.Constant) and c.value in kinds
+                     for c in [n.left, *n.comparators])]
+    assert not named, f"t2n/api.py compares with a capture kind on lines {named}"

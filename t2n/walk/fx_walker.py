@@ -1,9 +1,6 @@
-"""Walk a ``torch.export`` program (an FX graph of ATen ops) and build the NNEF graph.
-
-The second front end of t2n: the same registry, the same resolved-argument convention
-(tensor handles, Python values in schema order), the same builder and error reporting as the
-TorchScript walker (:mod:`t2n.walk.walker`), whose folding rules, labels and problem collection
-this module reuses. What differs is only how nodes are read:
+"""Read a ``torch.export`` program (an FX graph of ATen ops) for the walker core
+(:mod:`t2n.walk.core`), which folds, dispatches and conforms every op as it does for the
+TorchScript reader (:mod:`t2n.walk.walker`). What differs is only how nodes are read:
 
 * placeholders are the lifted parameters, buffers and constants (written as labelled weights,
   named by their state_dict key) and the user's inputs;
@@ -23,13 +20,12 @@ import re
 
 import torch
 
-from t2n.walk import bf16_values, registry
-from t2n.walk.builder import Graph, NodeContext, Tensor, Unavailable
-from t2n.errors import ConversionError, UnsupportedOperatorsError
+from t2n.walk.builder import Graph, Tensor
+from t2n.errors import ConversionError
 from t2n.capture.torch_export import PREFIX
 from t2n.stopwatch import timed
-from t2n.walk.walker import (POISON, _NON_DETERMINISTIC, _T2N_DIR, _TORCH_DIR, _Unsupported, _flat,
-                     _is_number, _is_symbolic, _pruned_label, conform, unmapped_library_op)
+from t2n.walk.core import POISON, OpCall, Out, WalkerCore
+from t2n.walk.torchscript import _T2N_DIR, _TORCH_DIR, _Unsupported, _is_number, _is_symbolic
 
 # Python-level functions export records for size arithmetic
 _PY_FUNCS = {
@@ -59,15 +55,15 @@ def fx_source_location(node) -> str | None:
     return found
 
 
-class FxWalker:
+class FxWalker(WalkerCore):
+    """The reader of ``torch.export`` programs: visits the FX nodes, keeps their values by
+    node, and maps export's SymInts to the t2n symbols of the dynamic axes."""
+
     def __init__(self, graph: Graph, program, symbols: dict[int, dict[int, object]]):
-        self.g = graph
+        super().__init__(graph)
         self.ep = program
         self.symbols = symbols  # user input index -> {axis: t2n sympy symbol}
         self.env: dict = {}
-        self.labels: dict[int, str] = {}
-        self.problems: dict[str, list] = {}
-        self._const_handles: dict[int, Tensor] = {}
         self._sym_map: dict = {}
         self.output_names: list[str] | None = None  # ModelOutput fields, cache tensors ...
 
@@ -81,7 +77,7 @@ class FxWalker:
             if node.op == "placeholder":
                 self.env[node] = self._placeholder(node, kinds.get(node.name), user)
             elif node.op == "output":
-                return self._outputs(node)
+                return self._user_outputs(node)
             else:
                 self._visit(node)
         raise ConversionError("output", "the exported program has no output")
@@ -107,28 +103,17 @@ class FxWalker:
             raise ConversionError("placeholder", f"{spec.kind.name} inputs are not supported")
         value = value.detach()
         label = spec.target.removeprefix(PREFIX)  # the user's own state_dict name
-        self.labels.setdefault(id(value), label)
+        self._label(value, label)
         return value
 
-    def _outputs(self, node) -> list:
-        outs = []
+    def _user_outputs(self, node) -> list:
         from torch.export.graph_signature import OutputKind
 
         self.output_names = getattr(self.ep, "t2n_output_names", None)
         specs = self.ep.graph_signature.output_specs
         results = [a for a, spec in zip(_as_tuple(node.args[0]), specs)
                    if spec.kind == OutputKind.USER_OUTPUT]  # not buffer updates
-        for value in _flat([self._value(a) for a in results]):
-            if isinstance(value, Unavailable):
-                self._record(value.op, value.reason, None)
-                value = POISON
-            elif not isinstance(value, (Tensor, torch.Tensor)) and value is not POISON:
-                raise ConversionError("output", f"the model returns a {type(value).__name__}, "
-                                      "not a tensor; t2n exports tensor outputs only")
-            outs.append(value)
-        if self.problems:
-            raise UnsupportedOperatorsError(self.problems)
-        return outs
+        return self._outputs([self._value(a) for a in results])
 
     # ------------------------------------------------------------------ values
     def _value(self, a):
@@ -149,94 +134,62 @@ class FxWalker:
             return _to_t2n(expr.xreplace(self._sym_map))
         return int(d)
 
-    def _record(self, problem_op: str, reason: str, where: str | None) -> None:
-        self.problems.setdefault(problem_op, []).append((reason, where))
-
     # ------------------------------------------------------------------ nodes
     def _visit(self, node) -> None:
         if node.op == "get_attr":
             self.env[node] = getattr(self.ep.graph_module, node.target)
             return
+        where = fx_source_location(node)
         if node.op != "call_function":
-            self._record(node.op, "FX node kind not supported", fx_source_location(node))
+            self._record(node.op, "FX node kind not supported", where)
             self.env[node] = POISON
             return
         target = node.target
         args = self._value(list(node.args))
         kwargs = self._value(dict(node.kwargs))
-        if any(x is POISON for x in _flat(list(args) + list(kwargs.values()))):
+        if target is operator.getitem:  # one of a node's results: only that one is read
+            self.env[node] = POISON if args[0] is POISON else args[0][args[1]]
+            return
+        if self._poisoned(list(args) + list(kwargs.values()), where):
             self.env[node] = POISON
             return
-        where = fx_source_location(node)
-        try:
-            if target is operator.getitem:
-                result = args[0][args[1]]
-            elif target in _PY_FUNCS or getattr(target, "__module__", "") == "torch" \
-                    and getattr(target, "__name__", "").startswith("sym_"):
-                result = _py_call(target, args)
-            elif isinstance(target, torch._ops.OpOverload):
-                result = self._aten(node, target, args, kwargs, where)
-            elif target is torch.ops.higher_order.cond:
-                result = self._cond(node, *args)
-            elif getattr(target, "__name__", "").startswith("auto_functionalized"):
-                # export's wrapper of an op that writes into its arguments (mutates_args)
-                raise ConversionError(_op_name(args[0]), "the op writes into its arguments "
-                                      "(mutates_args); mapped ops must be functional")
-            else:
-                raise _Unsupported(f"{getattr(target, '__name__', target)} is not an aten op")
-        except ConversionError as e:
-            name = _op_name(target)
-            self._record(e.op if e.op and e.op != "?" else name, e.message, where)
-            result = POISON
-        except _Unsupported as e:
-            self._record(_op_name(target), str(e), where)
-            result = POISON
-        self.env[node] = result
+        op = _op_name(target)
+        short = op.split("::", 1)[1] if isinstance(target, torch._ops.OpOverload) \
+            and target.namespace == "aten" else op
+        self.env[node] = self._guarded(op, short, where,
+                                       lambda: self._call(node, target, args, kwargs, where))
+
+    def _call(self, node, target, args: list, kwargs: dict, where):
+        if target in _PY_FUNCS or getattr(target, "__module__", "") == "torch" \
+                and getattr(target, "__name__", "").startswith("sym_"):
+            return _py_call(target, args)
+        if isinstance(target, torch._ops.OpOverload):
+            return self._aten(node, target, args, kwargs, where)
+        if target is torch.ops.higher_order.cond:
+            return self._cond(node, *args)
+        if getattr(target, "__name__", "").startswith("auto_functionalized"):
+            # export's wrapper of an op that writes into its arguments (mutates_args)
+            raise ConversionError(_op_name(args[0]), "the op writes into its arguments "
+                                  "(mutates_args); mapped ops must be functional")
+        raise _Unsupported(f"{getattr(target, '__name__', target)} is not an aten op")
 
     def _aten(self, node, target, args: list, kwargs: dict, where):
         schema = target._schema
         # aten ops by their name, ops of other libraries (torch_nn::...) by their qualified name
         name = schema.name.split("::", 1)[1] if target.namespace == "aten" else schema.name
-        fn = registry.lookup(name)
         if name in _IGNORED:
             return None
-        if name in ("sym_size", "size") and isinstance(args[0], Tensor):
-            shape = args[0].torch_shape
-            return shape[args[1] % max(len(shape), 1)]
-        if name == "sym_numel" and isinstance(args[0], Tensor):
-            n = 1
-            for d in args[0].torch_shape:
-                n = n * d
-            return n
         values = _schema_args(schema, args, kwargs)
-        if self._foldable(name, values):
-            return self._fold(target, name, args, kwargs)
-        vals = _as_tuple(node.meta.get("val"))
-        if registry.touches_complex(values, [v.dtype for v in vals
-                                             if isinstance(v, torch.Tensor)]):
-            fn = registry.lookup_complex(name)
-            if fn is None:
-                raise _Unsupported("no lowering of this op for complex tensors")
-        if fn is None:
-            raise _Unsupported("no mapping for this aten op" if target.namespace == "aten"
-                               else unmapped_library_op(schema.name))
-        resolved = [self._resolve(arg, v) for arg, v in zip(schema.arguments, values)]
-        self.g.node = NodeContext(
-            op=schema.name,
-            out_dtypes=[self.g.computed(v.dtype) if isinstance(v, torch.Tensor) else None
-                        for v in vals],
-            torch_out_dtypes=[v.dtype if isinstance(v, torch.Tensor) else None for v in vals],
-            out_shapes=[[self._sym(d) for d in v.shape] if isinstance(v, torch.Tensor)
-                        else None for v in vals],
-            where=where,
-            in_strides=[_strides(a) for a in _schema_nodes(schema, node)])
-        try:
-            result = bf16_values.call_node(self.g, name, fn, resolved)
-        finally:
-            self.g.node = None
-        if len(vals) > 1 and isinstance(result, (tuple, list)):
-            return tuple(self._conform(name, r, v) for r, v in zip(result, vals))
-        return self._conform(name, result, vals[0] if vals else None)
+        answer = self._hooked(name, values)
+        if answer is None:
+            answer = self._size_query(name, args)
+        if answer is None:
+            vals = _as_tuple(node.meta.get("val"))
+            answer = self._op(OpCall(name, schema, values,
+                                     [Out(v.dtype, None) if isinstance(v, torch.Tensor)
+                                      else None for v in vals],
+                                     len(vals) > 1, where, node, target))
+        return answer[0] if len(answer) == 1 else tuple(answer)
 
     def _cond(self, node, pred, true_gm, false_gm, operands):
         """``torch.cond``: a constant predicate picks its branch at export; a runtime one
@@ -251,7 +204,8 @@ class FxWalker:
         cond = pred if pred.dtype == torch.bool else self.g.cast(pred, torch.bool)
         out = []
         for x, y in zip(a, b):
-            x, y = self._tensor_arg(x), self._tensor_arg(y)
+            x = self._tensor_arg(x, _python_dtype(x))
+            y = self._tensor_arg(y, _python_dtype(y))
             if tuple(x.shape) != tuple(y.shape) or x.dtype != y.dtype:
                 raise _Unsupported("torch.cond branches with outputs of different shapes or "
                                    "dtypes cannot be selected at run time")
@@ -278,58 +232,18 @@ class FxWalker:
             self.env = saved
         return ()
 
-    def _conform(self, name: str, r, val):
-        """The mapping's result with the dtype and shape export recorded for the node."""
-        if not isinstance(r, Tensor) or not isinstance(val, torch.Tensor):
-            return r
-        return conform(self.g, name if "::" in name else f"aten::{name}", r,
-                       self.g.computed(val.dtype), [self._sym(d) for d in val.shape])
+    # ------------------------------------------------------------------ the core's hooks
+    def _complete(self, call: OpCall, fn) -> None:
+        """Sizes as t2n dims, strides where export knows them, and a number in a Tensor
+        argument as a scalar of its Python type."""
+        for out, v in zip(call.outs, _as_tuple(call.node.meta.get("val"))):
+            if out is not None:
+                out.sizes = [self._sym(d) for d in v.shape]
+        call.in_strides = [_strides(a) for a in _schema_nodes(call.schema, call.node)]
+        call.number_dtypes = [_python_dtype(v) for v in call.values]
 
-    def _foldable(self, name: str, values: list) -> bool:
-        if name in _NON_DETERMINISTIC:
-            return False
-        return not any(isinstance(x, Tensor) or _is_symbolic(x) for x in _flat(values))
-
-    def _fold(self, target, name: str, args: list, kwargs: dict):
-        with torch.no_grad():
-            result = target(*args, **kwargs)
-        label = _pruned_label(name, [self.labels[id(x)] for x in _flat(list(args))
-                                     if isinstance(x, torch.Tensor) and id(x) in self.labels])
-        for r in _flat(list(_as_tuple(result))):
-            if isinstance(r, torch.Tensor) and label is not None and id(r) not in self.labels:
-                self.labels[id(r)] = label
-        return result
-
-    def _resolve(self, arg, value):
-        """Constants in tensor positions become handles (weights as labelled variables)."""
-        if isinstance(value, torch.dtype):
-            return self.g.computed(value)
-        tname = str(arg.type).replace("Optional[", "").replace("]", "")
-        is_list = tname.startswith("List[")
-        tname = tname.replace("List[", "")
-        if tname == "Tensor" and not is_list:
-            return self._tensor_arg(value)
-        if tname == "Tensor" and is_list and isinstance(value, (list, tuple)):
-            return [self._tensor_arg(x) if x is not None else None for x in value]
-        return value
-
-    def _tensor_arg(self, value):
-        if isinstance(value, Tensor) or value is None:
-            return value
-        if isinstance(value, torch.Tensor):
-            key = id(value)
-            if key not in self._const_handles:
-                label = self.labels.get(key)
-                self._const_handles[key] = self.g.variable(value, label) if label is not None \
-                    else self.g.const(value)
-            return self._const_handles[key]
-        if _is_symbolic(value):
-            return self.g.scalar(value, torch.int64)
-        if _is_number(value):
-            dtype = torch.float32 if isinstance(value, float) else \
-                torch.bool if isinstance(value, bool) else torch.int64
-            return self.g.scalar(value, dtype)
-        return value
+    def _argument(self, arg, value, user_mapping: bool):
+        return self.g.computed(value) if isinstance(value, torch.dtype) else value
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -362,6 +276,14 @@ def _strides(a):
             if all(isinstance(s, int) for s in strides):
                 return list(strides)
     return None
+
+
+def _python_dtype(value):
+    """The dtype of a Python number used as a tensor (None for anything else)."""
+    if isinstance(value, torch.Tensor) or not _is_number(value):
+        return None
+    return torch.float32 if isinstance(value, float) else \
+        torch.bool if isinstance(value, bool) else torch.int64
 
 
 def _as_tuple(x) -> tuple:

@@ -1,0 +1,103 @@
+"""The capture strategies: one object per way of capturing a model, each yielding the
+captured program with the reader that walks its IR.
+
+* :class:`Trace`: ``torch.jit.trace`` of a Python module (through
+  :class:`t2n.capture.model_io.Adapter`), read as TorchScript (:class:`t2n.walk.walker.Walker`);
+* :class:`SavedTorchScript`: a ScriptModule (a file saved with ``torch.jit.save`` or a
+  ``torch.jit.script`` result) called positionally: its own graph, inlined and typed; the
+  trace of it only checks the inputs and names the outputs. Read as TorchScript too;
+* :class:`Export`: ``torch.export`` (:mod:`t2n.capture.torch_export`), read as FX
+  (:class:`t2n.walk.fx_walker.FxWalker`).
+
+``export()`` picks one with :func:`capture_strategy` and does the same with any of them:
+``program = strategy.capture(...)``, then ``program.walk(graph, inputs, symbols)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from t2n.capture import trace
+from t2n.errors import UsageError
+from t2n.walk.walker import Walker
+
+
+@dataclass
+class Program:
+    """A captured program, ready to walk: ``walk(graph, inputs, symbols)`` runs its IR's
+    reader over it (``symbols``: per user input, ``{axis: t2n symbol}`` of its dynamic axes)
+    and returns the model's outputs as graph tensors."""
+
+    walk: Callable
+    output_names: list | None = None  # ModelOutput fields, cache tensors ... (None: unknown)
+    tracer_warnings: list = field(default_factory=list)  # the tracer's, for the report
+    warnings: list = field(default_factory=list)  # added to the graph's after the walk
+
+
+class Trace:
+    """``torch.jit.trace`` on the example inputs, read as TorchScript."""
+
+    def capture(self, model, binding, symbols, input_names) -> Program:
+        captured = trace.capture(model, binding.tensors, binding)
+        if captured.n_inputs != len(binding.tensors):
+            raise UsageError(f"the traced model takes {captured.n_inputs} tensor input(s), "
+                             f"{len(binding.tensors)} given")
+
+        def walk(g, inputs, _symbols):
+            walker = Walker(g, captured.root, {})
+            walker.path_prefix = captured.path_prefix
+            return walker.run(captured.graph, inputs)
+
+        return Program(walk, captured.output_names, list(captured.tracer_warnings))
+
+
+class SavedTorchScript(Trace):
+    """A ScriptModule's own graph (:func:`t2n.capture.trace.capture` reads it rather than
+    re-tracing), read as TorchScript."""
+
+
+class Export:
+    """``torch.export`` with the dynamic axes as Dims, read as FX."""
+
+    def capture(self, model, binding, symbols, input_names) -> Program:
+        from t2n.capture.torch_export import capture_export
+
+        program = capture_export(model, binding, symbols, input_names)
+
+        def walk(g, inputs, sym_handles):
+            from t2n.walk.fx_walker import FxWalker
+
+            return FxWalker(g, program, sym_handles).run(inputs)
+
+        return Program(walk, program.t2n_output_names,
+                       warnings=[f"the model is valid for {r} only (torch.export's guards)"
+                                 for r in program.t2n_ranges])
+
+
+STRATEGIES = {"trace": Trace(), "torchscript": SavedTorchScript(), "export": Export()}
+
+
+# what a user chooses (capture=, --capture): "torchscript" is picked for ScriptModules
+CHOICES = {"trace": "torch.jit.trace", "export": "torch.export"}
+
+
+def check_capture(capture) -> str:
+    """``capture`` when it is one of :data:`CHOICES`, else a UsageError naming them."""
+    if capture not in CHOICES:
+        from t2n.errors import UsageError
+
+        raise UsageError(f"capture={capture!r}: choose " + " or ".join(
+            f"{k!r} ({v})" for k, v in CHOICES.items()))
+    return capture
+
+
+def capture_strategy(capture: str, model, binding=None):
+    """The strategy for ``capture=`` ("trace" or "export"): a ScriptModule called
+    positionally is read as it is saved rather than traced."""
+    if capture == "trace" and isinstance(model, torch.jit.ScriptModule) \
+            and not (binding is not None and binding.keywords):
+        capture = "torchscript"
+    return STRATEGIES[capture]
