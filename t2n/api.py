@@ -166,6 +166,13 @@ def _symbol_minimums(dynamic_axes, symbols, args) -> dict:
     return dynamic.symbol_minimums(dynamic_axes, symbols, args)
 
 
+def _symbol_maxima(dynamic_axes) -> dict:
+    """{symbol: most run-time size} of the axes given as ``(symbol, least, most)``."""
+    from . import dynamic
+
+    return dynamic.symbol_maxima(dynamic_axes)
+
+
 # The options ``export`` reads itself; the passes declare theirs (t2n.passes).
 # progress: None (auto) | bool | callable; properties: {key: str | int | list} written as
 # the archive's tract_core_properties (metadata a runtime reads, e.g. t2n.llm's cache layout)
@@ -230,6 +237,7 @@ def _build(model, binding, output_names, dynamic_axes, options,
     # and rounded as PyTorch rounds them (t2n.bf16_values)
     g.bf16_rounding = bf16_as is None
     g.streaming = spec
+    g.symbol_maxima = _symbol_maxima(dynamic_axes) if dynamic_axes else {}
     g.properties = dict(options.get("properties") or {})
     inputs = []
     for i, (name, a) in enumerate(zip(in_names, args)):
