@@ -4,8 +4,10 @@
     python -m bench.bounds_bench --reps 20 --sizes 1x128,8x128,4x512
 
 A small ``transformers.BertModel`` (hidden 256, 4 layers, 4 heads, MLP 1024, random
-weights) is exported with ``t2n.export(..., check=True)`` twice: with batch ``B`` and
-sequence ``S`` dynamic, and with ``S`` dynamic only (batch 2). Each archive is copied
+weights) is exported with ``t2n.export(..., check=True)`` three times: with batch ``B`` and
+sequence ``S`` dynamic (``B >= 1``, ``S >= 1``), the same with most sizes given
+(``("B", 1, 64)``, ``("S", 1, 512)``: ``B <= 64``, ``S <= 512`` too), and with ``S`` dynamic
+only (batch 2). Each archive is copied
 without its ``extension tract_assert`` lines; one tract process loads the pair, checks
 that both give the same outputs, then times each size alternating between the two
 (median of ``--reps``), and counts the element-wise ops tract's optimiser chose: a
@@ -30,7 +32,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def export_bert(path: str, dynamic_batch: bool) -> None:
+VARIANTS = (("B and S dynamic", {0: "B", 1: "S"}),
+            ("B <= 64 and S <= 512 (most sizes given)", {0: ("B", 1, 64), 1: ("S", 1, 512)}),
+            ("S dynamic, batch 2", {1: "S"}))
+
+
+def export_bert(path: str, axes: dict) -> None:
     import torch
     import transformers
 
@@ -43,7 +50,6 @@ def export_bert(path: str, dynamic_batch: bool) -> None:
     model = transformers.BertModel(cfg).eval()
     ids = torch.randint(0, cfg.vocab_size, (2, 16))
     mask = torch.ones(2, 16, dtype=torch.long)
-    axes = {0: "B", 1: "S"} if dynamic_batch else {1: "S"}
     t2n.export(model, (ids, mask), path, input_names=["input_ids", "attention_mask"],
                dynamic_axes={"input_ids": axes, "attention_mask": axes}, check=True,
                quiet=True)
@@ -98,7 +104,7 @@ def child(paths: list[str], sizes: list[tuple[int, int]], reps: int) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--sizes", default="1x16,1x128,8x128,4x512", help="BxS,...")
+    ap.add_argument("--sizes", default="1x16,1x128,8x128,4x500", help="BxS,...")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -107,13 +113,12 @@ def main(argv=None) -> None:
         return
     sizes = [tuple(int(x) for x in s.split("x")) for s in a.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="t2n-bounds-") as work:
-        for dynamic_batch in (True, False):
-            label = "B and S dynamic" if dynamic_batch else "S dynamic, batch 2"
-            run = sizes if dynamic_batch else [(2, s) for _, s in sizes]
+        for k, (label, axes) in enumerate(VARIANTS):
+            run = sizes if 0 in axes else [(2, s) for _, s in sizes]
             run = list(dict.fromkeys(run))
-            with_b = os.path.join(work, f"bert-{int(dynamic_batch)}.nnef.tar")
-            without = os.path.join(work, f"bert-{int(dynamic_batch)}-noassert.nnef.tar")
-            export_bert(with_b, dynamic_batch)
+            with_b = os.path.join(work, f"bert-{k}.nnef.tar")
+            without = os.path.join(work, f"bert-{k}-noassert.nnef.tar")
+            export_bert(with_b, axes)
             dropped = without_asserts(with_b, without)
             p = subprocess.run([sys.executable, "-m", "bench.bounds_bench", "--child",
                                 json.dumps([with_b, without]), json.dumps(run), str(a.reps)],
