@@ -149,6 +149,13 @@ def _symbol_minimums(dynamic_axes, symbols, args) -> dict:
     return dynamic.symbol_minimums(dynamic_axes, symbols, args)
 
 
+def _symbol_maxima(dynamic_axes) -> dict:
+    """{symbol: most run-time size} of the axes given as ``(symbol, least, most)``."""
+    from t2n.walk import dynamic
+
+    return dynamic.symbol_maxima(dynamic_axes)
+
+
 @dataclass
 class _Built:
     """The NNEF graph of one export, with what the result and the check need of it."""
@@ -180,6 +187,7 @@ def _build(session, binding, output_names, dynamic_axes, stream_spec=None) -> _B
     program = capture_strategy(capture_with, model, binding).capture(model, binding, symbols,
                                                                      in_names)
     g = Graph(session)
+    g.symbol_maxima = _symbol_maxima(dynamic_axes) if dynamic_axes else {}
     inputs = []
     for i, (name, a) in enumerate(zip(in_names, args)):
         if not dtypes.supported(g.computed(a.dtype)):

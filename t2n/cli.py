@@ -167,7 +167,7 @@ class TableChoice(click.Choice):
                    "written, exit 2).")
 @click.option("--dynamic", multiple=True, metavar="NAME:AXIS=SYM",
               help="Make an input axis a symbol, e.g. x:0=B (repeatable); it is 1 or more at "
-                   "run time, x:0=B>=0 lets it be 0.")
+                   "run time, x:0=B>=0 lets it be 0, x:0=B<=64 declares its most size.")
 @click.option("--stream", "stream", metavar="SYM", default=None,
               help="Streaming export over the --dynamic symbol SYM: forms tract can pulse, "
                    "the output delay in the report, and with --check a chunk-by-chunk run "

@@ -64,14 +64,19 @@ def parse_input_spec(text: str) -> InputSpec:
     return InputSpec(name, dims, dtype)
 
 
-def parse_dynamic(text: str) -> tuple[str, int, str | tuple[str, int]]:
+def parse_dynamic(text: str) -> tuple[str, int, str | tuple]:
     """``NAME:AXIS=SYMBOL`` (or ``NAME:AXIS``, symbol then ``NAME_AXIS``); ``SYMBOL>=0`` lets
-    the axis be empty at run time (it is 1 or more otherwise)."""
-    m = re.match(r"^([A-Za-z_]\w*):(-?\d+)(?:=([A-Za-z]\w*)(?:>=(\d+))?)?$", text.strip())
+    the axis be empty at run time (it is 1 or more otherwise); ``SYMBOL<=512`` (or
+    ``SYMBOL>=1<=512``) declares its most size too."""
+    m = re.match(r"^([A-Za-z_]\w*):(-?\d+)(?:=([A-Za-z]\w*)(?:>=(\d+))?(?:<=(\d+))?)?$",
+                 text.strip())
     if not m:
         raise UsageError(f"dynamic axis {text!r} must be NAME:AXIS=SYMBOL, e.g. x:0=B "
-                         "(or x:0=B>=0 for an axis that may be empty)")
+                         "(or x:0=B>=0 for an axis that may be empty, x:0=B<=64 for one of "
+                         "at most 64)")
     name, axis, sym = m.group(1), int(m.group(2)), m.group(3) or f"{m.group(1)}_{m.group(2)}"
+    if m.group(5):
+        return name, axis, (sym, int(m.group(4) or 1), int(m.group(5)))
     return name, axis, (sym, int(m.group(4))) if m.group(4) else sym
 
 

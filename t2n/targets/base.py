@@ -47,6 +47,9 @@ class Target:
             lines += [f"extension tract_symbol {s};" for s in g.symbols]
             lines += [f"extension tract_assert {s} >= {least};"
                       for s, least in g.symbols.items()]
+            # a user-given most size (dynamic_axes ("S", 1, 512)): tract bounds B*S with it
+            lines += [f"extension tract_assert {s} <= {most};"
+                      for s, most in g.symbol_maxima.items() if s in g.symbols]
         return lines
 
     def external(self, t: Tensor) -> str:

@@ -67,6 +67,7 @@ class Graph:
         self.ops: list[Op] = []
         self.variables: list[Variable] = []
         self.symbols: dict[str, int] = {}  # tract symbol -> its least size (t2n.walk.dynamic)
+        self.symbol_maxima: dict[str, int] = {}  # symbol -> a user-given most size
         self.fragments: list = []  # loop bodies (t2n.walk.loops.Fragment), written first
         self._var_cache: dict = {}
         self.shared: dict = {}  # values built once per graph and reused by later ops (key -> value)

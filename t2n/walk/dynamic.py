@@ -36,7 +36,7 @@ def parse_dynamic_axes(dynamic_axes, input_names: list[str], args) -> dict[int, 
             raise UsageError(f"dynamic_axes[{name!r}] must be a dict {{axis: symbol}} or a list")
         spec = {}
         for axis, sym in axes.items():
-            sym, _ = _name_and_minimum(sym, name, axis, args[i])
+            sym = _name_and_minimum(sym, name, axis, args[i])[0]
             if not isinstance(axis, int) or not -rank <= axis < rank:
                 raise UsageError(f"dynamic axis {axis!r} of input {name!r} is out of range "
                                  f"(the input has rank {rank})")
@@ -54,18 +54,24 @@ def parse_dynamic_axes(dynamic_axes, input_names: list[str], args) -> dict[int, 
 
 
 def _name_and_minimum(sym, name: str, axis, example) -> tuple:
-    """(symbol, least size) of one axis spec: ``"S"`` (at least 1) or ``("P", 0)``."""
+    """(symbol, least size[, most size]) of one axis spec: ``"S"`` (at least 1),
+    ``("P", 0)`` or ``("S", 1, 512)``."""
     if not isinstance(sym, tuple):
         return sym, None
-    if (len(sym) != 2 or not isinstance(sym[1], int) or isinstance(sym[1], bool)
-            or sym[1] < 0):
+    if (len(sym) not in (2, 3) or any(not isinstance(n, int) or isinstance(n, bool)
+                                      for n in sym[1:]) or sym[1] < 0):
         raise UsageError(f"dynamic axis {axis} of {name!r}: {sym!r} must be (symbol, least "
-                         "size), the least size an integer 0 or more")
+                         "size) or (symbol, least size, most size), the sizes integers, the "
+                         "least 0 or more")
     size = int(example.shape[axis]) if isinstance(axis, int) and -example.dim() <= axis < \
         example.dim() else None
     if size is not None and sym[1] > size:
         raise UsageError(f"dynamic axis {axis} of {name!r}: the least size {sym[1]} is above "
                          f"the example's {size}")
+    if len(sym) == 3 and size is not None and sym[2] <= size:
+        # the check runs the archive at the example size + 1 too (t2n.fresh_inputs)
+        raise UsageError(f"dynamic axis {axis} of {name!r}: the most size {sym[2]} must be "
+                         f"above the example's {size} (export with a smaller example)")
     return sym
 
 
@@ -83,6 +89,19 @@ def symbol_minimums(dynamic_axes, symbols: dict[int, dict[int, str]], args) -> d
         for axis, sym in axes.items():
             least = given.get(sym, min(int(args[i].shape[axis]), 1))
             out[sym] = min(out.get(sym, least), least)
+    return out
+
+
+def symbol_maxima(dynamic_axes) -> dict[str, int]:
+    """The most run-time size of each symbol given as ``(symbol, least, most)``. tract bounds
+    a product of symbols (``B*S``) only when every factor has an upper bound too: with one,
+    it proves a residual add over ``[B, S, C]`` large enough for its same-shape kernel."""
+    out: dict[str, int] = {}
+    for axes in dynamic_axes.values():
+        if isinstance(axes, dict):
+            for sym in axes.values():
+                if isinstance(sym, tuple) and len(sym) == 3:
+                    out[sym[0]] = min(out.get(sym[0], sym[2]), sym[2])
     return out
 
 
