@@ -74,15 +74,12 @@ def _label(g, kind: str) -> str:
 # ---------------------------------------------------------------------------- float <-> int
 def quantize(g, x, scale: float, zero_point: int, qdtype):
     """``clamp(round_half_even(x / scale) + zero_point)`` as ``qdtype``'s integers."""
-    lo, hi = _RANGE[qdtype]
-    x = g.cast(x, torch.float32)
-    y = g.binary("mul", x, float(1.0 / scale), torch.float32)
-    y = g.op("tract_core_round_even", y)
-    if zero_point:
-        y = g.binary("add", y, float(zero_point), torch.float32)
-    y = g.op("clamp", y, float(lo), float(hi))
-    y = g.op("tract_core_cast", y, to=dtypes.tract_name(qdtype), out_dtype=qdtype)
-    return set_qparams(g, y, scale, zero_point)
+    return _quantize(g, x, scale, zero_point, qdtype)
+
+
+def _quantize(g, x, scale, zero_point, qdtype, relu=False):
+    y = g.binary("mul", g.cast(x, torch.float32), float(1.0 / scale), torch.float32)
+    return _rounded_to(g, y, scale, zero_point, qdtype, relu)
 
 
 def dequantize_tensor(g, q, dtype=torch.float32):
@@ -107,7 +104,22 @@ def quantize_per_tensor(g, self, scale, zero_point, dtype):
     dtype = _QCODES.get(dtype, dtype) if isinstance(dtype, int) else dtype
     if dtype not in (torch.quint8, torch.qint8):
         raise g.error(f"dtype: {dtype} activations are not supported (quint8, qint8)")
-    return quantize(g, self, float(scale), int(zero_point), dtype)
+    return _quantize_fused(g, self, float(scale), int(zero_point), dtype)
+
+
+def _quantize_fused(g, x, scale: float, zero_point: int, qdtype):
+    """PyTorch's ``quantize_per_tensor`` on x86 (fbgemm's ``Quantize``, whatever the
+    engine): ``round_half_even(fma(x, 1.f / float(scale), zero_point))``, the product and
+    the sum rounded once. The fused multiply-add is computed in f64 (the product of two
+    float32 is exact there) and rounded to float32. Measured equal to PyTorch on 8 M random
+    values; ``x * (1 / scale)`` rounded, then the zero point, differs on about 1 in 400 k,
+    which a deep network grows into steps of its output."""
+    f32, f64 = torch.float32, torch.float64
+    inv = float(torch.tensor(1.0, dtype=f32) / torch.tensor(scale, dtype=f32))
+    y = g.binary("mul", g.cast(g.cast(x, f32), f64), inv, f64)
+    if zero_point:
+        y = g.binary("add", y, float(zero_point), f64)
+    return _rounded_to(g, g.cast(y, f32), scale, 0, qdtype, zero_point=zero_point)
 
 
 def _number(g, v, what):
@@ -163,9 +175,10 @@ def _qconv(g, x, wq: torch.Tensor, bias, stride, padding, dilation, groups, out_
     if out_scale is None:
         return acc, per
     shape = [1, -1] + [1] * n
-    if torch.backends.quantized.engine == "qnnpack":
-        return _qnnpack_requantized(g, acc, per, x_scale, bias, shape, out_scale, out_zp,
-                                    out_dtype, relu)
+    engine = torch.backends.quantized.engine
+    if engine in _SINGLE_MULTIPLIER:
+        return _requantized_sums(g, acc, per, x_scale, bias, shape, out_scale, out_zp, out_dtype,
+                                 relu, engine)
     f = g.cast(acc, torch.float32)
     f = g.binary("mul", f, g.const((per.double() * x_scale).float().reshape(shape)),
                  torch.float32)
@@ -174,29 +187,59 @@ def _qconv(g, x, wq: torch.Tensor, bias, stride, padding, dilation, groups, out_
     return _requantized(g, f, out_scale, out_zp, out_dtype, relu=relu)
 
 
-def _qnnpack_requantized(g, acc, w_scales, x_scale, bias, shape, out_scale, out_zp, out_dtype,
-                         relu):
-    """The int32 sums requantized as PyTorch's qnnpack kernels do (its conv and linear; the
-    engine PyTorch runs is the one set when exporting): the bias quantized to int32 with the
-    float32 scale ``w_scale * x_scale`` and added to the sums, the total scaled by one
-    float32 multiplier ``w_scale * x_scale / out_scale``, rounded half to even, plus the
-    zero point, clamped. (fbgemm's float bias and scale differ from it by a step now and
-    then; measured bit-exact against qnnpack on random convs and linears.)"""
+# engines whose conv and linear kernels requantize the int32 sums with one float32 multiplier
+_SINGLE_MULTIPLIER = ("qnnpack", "x86", "fbgemm")
+
+
+def _requantized_sums(g, acc, w_scales, x_scale, bias, shape, out_scale, out_zp, out_dtype,
+                      relu, engine):
+    """The int32 sums requantized as PyTorch's kernels do (the engine PyTorch runs is the one
+    set when exporting). Both scale the total by one float32 multiplier
+    ``w_scale * x_scale / out_scale``, round half to even, add the zero point and clamp
+    (a fused ReLU clamps at the zero point); they differ in the bias:
+
+    - qnnpack quantizes it to int32 with the float32 scale ``w_scale * x_scale`` and adds it
+      to the sums;
+    - fbgemm (the x86 and fbgemm engines) adds ``bias / (w_scale * x_scale)`` in float32 to
+      the sums converted to float32.
+
+    Computing ``acc * x_scale * w_scale + bias`` then dividing by the output scale instead
+    differs from them by one step where the value lies near a rounding tie (measured: 5 of
+    the 20 M outputs of a ResNet-50, which its 50 layers then grew to 4 steps of the
+    output); these forms were measured bit-exact on every layer of it. (x86 on a CPU with
+    AVX-512 VNNI runs symmetric-weight convolutions through oneDNN instead, whose rounding
+    at ties may differ.)"""
     ws = w_scales.float()
     xs = torch.tensor(float(x_scale), dtype=torch.float32)
-    mult = (ws * xs) / torch.tensor(float(out_scale), dtype=torch.float32)
-    if bias is not None:
-        bq = torch.round(bias.detach().float() / (ws * xs)).to(torch.int32)
-        acc = g.binary("add", acc, g.const(bq.reshape(shape)), torch.int32)
-    y = g.binary("mul", g.cast(acc, torch.float32), g.const(mult.reshape(shape)), torch.float32)
+    combined = ws * xs
+    mult = combined / torch.tensor(float(out_scale), dtype=torch.float32)
+    if engine == "qnnpack":
+        if bias is not None:
+            bq = torch.round(bias.detach().float() / combined).to(torch.int32)
+            acc = g.binary("add", acc, g.const(bq.reshape(shape)), torch.int32)
+        y = g.cast(acc, torch.float32)
+    else:
+        y = g.cast(acc, torch.float32)
+        if bias is not None:
+            y = g.binary("add", y, g.const((bias.detach().float() / combined).reshape(shape)),
+                         torch.float32)
+    y = g.binary("mul", y, g.const(mult.reshape(shape)), torch.float32)
+    return _rounded_to(g, y, out_scale, out_zp, out_dtype, relu)
+
+
+def _rounded_to(g, y, scale, add_zero_point, qdtype, relu=False, zero_point=None):
+    """``clamp(round_half_even(y) + add_zero_point)`` as ``qdtype``'s integers, labelled
+    with ``zero_point`` (``add_zero_point`` unless given: 0 when ``y`` holds it already);
+    a ReLU raises the lower bound to the zero point (the same as ``max(q, zero_point)``
+    after it)."""
+    zero_point = add_zero_point if zero_point is None else zero_point
+    lo, hi = _RANGE[qdtype]
     y = g.op("tract_core_round_even", y)
-    if out_zp:
-        y = g.binary("add", y, float(out_zp), torch.float32)
-    lo, hi = _RANGE[out_dtype]
-    y = g.op("clamp", y, float(lo), float(hi))
-    y = set_qparams(g, g.op("tract_core_cast", y, to=dtypes.tract_name(out_dtype),
-                            out_dtype=out_dtype), out_scale, out_zp)
-    return _relu_q(g, y) if relu else y
+    if add_zero_point:
+        y = g.binary("add", y, float(add_zero_point), torch.float32)
+    y = g.op("clamp", y, float(max(lo, zero_point) if relu else lo), float(hi))
+    y = g.op("tract_core_cast", y, to=dtypes.tract_name(qdtype), out_dtype=qdtype)
+    return set_qparams(g, y, scale, zero_point)
 
 
 def _packed_conv(g, packed, what):
@@ -359,8 +402,7 @@ def _float_bias(b, w):
 
 # ---------------------------------------------------------------------------- float paths
 def _requantized(g, f, scale, zero_point, qdtype, relu=False):
-    y = quantize(g, f, float(scale), int(zero_point), qdtype)
-    return _relu_q(g, y) if relu else y
+    return _quantize(g, f, float(scale), int(zero_point), qdtype, relu)
 
 
 @aten("quantized::add", "quantized::add_relu", "quantized::mul", "quantized::mul_relu")
