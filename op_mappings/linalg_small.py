@@ -4,7 +4,8 @@ matrix_exp. Cholesky, QR and LDL are in ``linalg_factor.py``; the unrolled kerne
 (getrf, trsm, geqrf, ...) in ``helpers/factorizations.py``.
 
 tract has no linear-algebra primitives, so each factorisation is unrolled over the matrix
-size ``n`` (static, at most ``MAX_N`` of ``helpers/small_matrix.py``). Every step works on whole rows or columns of the
+size ``n`` (static, at most ``MAX_N`` of ``helpers/small_matrix.py``); triangular solves of
+any size loop instead above ``MAX_N`` (``helpers/trsm_loop.py``). Every step works on whole rows or columns of the
 last two axes (slice/concat/matmul), so leading batch axes of any size, even symbolic, cost
 nothing extra and the op count grows linearly with ``n``. The arithmetic runs in float64
 (f16/f32 inputs are cast up and the results cast back): LAPACK's f32 results agree with the
@@ -199,8 +200,8 @@ def _solve_tri(g, a, b, upper, left, unit):
 
 @aten("linalg_solve_triangular")
 def linalg_solve_triangular(g, self, B, upper, left=True, unitriangular=False):
-    M.check(g, self, "A", square=True)
-    M.check(g, B, "B")
+    M.check(g, self, "A", square=True, any_size=True)
+    M.check(g, B, "B", any_size=True)
     if M.empty(g.out_shape(0)):
         return M.fill(g, 0)
     x = _solve_tri(g, M.work(g, self), M.work(g, B), upper, left, unitriangular)
@@ -210,8 +211,8 @@ def linalg_solve_triangular(g, self, B, upper, left=True, unitriangular=False):
 @aten("triangular_solve")
 def triangular_solve(g, self, A, upper=True, transpose=False, unitriangular=False):
     """``A @ X = self`` (or ``A^T @ X = self``); returns (X, a copy of A)."""
-    M.check(g, A, "A", square=True)
-    M.check(g, self, "self")
+    M.check(g, A, "A", square=True, any_size=True)
+    M.check(g, self, "self", any_size=True)
     batch = list(broadcast_shapes(A.shape[:-2], self.shape[:-2]))
     coefficient = M.fill(g, 1) if M.empty(g.out_shape(1)) else M.batch_bcast(g, A, batch)
     if M.empty(g.out_shape(0)):

@@ -58,8 +58,13 @@ def lu_factor(g, A, pivot):
 
 def trsm(g, t, b, lower: bool, unit: bool):
     """Solve ``t @ x = b`` (float64; ``t`` triangular ``[..., n, n]``, only its ``lower`` or
-    upper triangle read; ``b`` ``[..., n, k]``, already broadcast to the batch)."""
+    upper triangle read; ``b`` ``[..., n, k]``, already broadcast to the batch). Above
+    ``MAX_N`` rows, one ``tract_core_scan`` (``trsm_loop``) instead of the unrolled rows."""
     n = t.shape[-1]
+    if n > M.MAX_N:
+        from op_mappings.helpers.trsm_loop import trsm_scan
+
+        return trsm_scan(g, t, b, lower, unit)
     order = range(n) if lower else range(n - 1, -1, -1)
     done = None  # solved rows, in row order
     for i in order:
