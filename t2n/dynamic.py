@@ -268,6 +268,11 @@ class SymbolicShapes:
                 out.append(tuple(self.from_torch(d) for d in r.shape))
             else:
                 out.append(None)
+        known = set(self.hints)
+        if any(getattr(d, "free_symbols", known) - known for s in out if s for d in s):
+            # a size PyTorch makes up for a data-dependent answer (``u0``: repeat_interleave
+            # by a repeats tensor, even a constant one): not a size tract knows
+            return None
         return out
 
 
