@@ -2,7 +2,8 @@
 with the solves and products built on them: cholesky, cholesky_solve, cholesky_inverse,
 geqrf, householder_product/orgqr, ormqr, qr, ldl_factor, ldl_solve.
 
-Unrolled over the matrix side like the LU family (``linalg_small.py``): float64 arithmetic,
+Unrolled over the matrix side like the LU family (``linalg_small.py``), except Cholesky and
+its solves, which loop above 16 x 16 (``helpers/potrf_loop.py``, ``trsm_loop.py``): float64 arithmetic,
 whole-row/column steps, batch axes free. Householder reflectors follow LAPACK's
 ``geqrf``/``larfg`` (Q and R carry LAPACK's signs); LDL follows ``sytrf``'s partial
 Bunch-Kaufman pivoting. The shared kernels are in ``helpers/factorizations.py``.
@@ -26,8 +27,13 @@ from t2n.registry import aten
 def _potrf(g, a):
     """LAPACK ``potrf`` (lower) on float64 ``a``, reading its lower triangle: (L, info), info
     the 1-based order of the first leading minor that is not positive definite, or 0.
-    Columns after a failure are not LAPACK's (PyTorch leaves them unspecified)."""
+    Columns after a failure are not LAPACK's (PyTorch leaves them unspecified). Above
+    ``MAX_N``, one ``tract_core_scan`` (``helpers/potrf_loop.py``)."""
     n = a.shape[-1]
+    if n > M.MAX_N:
+        from op_mappings.helpers.potrf_loop import potrf_scan
+
+        return potrf_scan(g, a)
     zeros = g.zeros_like(M.cols(g, a, 0, 1))
     cols, info = [], None
     for j in range(n):
@@ -58,7 +64,7 @@ def _cholesky(g, A, upper):
 
 @aten("linalg_cholesky_ex")
 def linalg_cholesky_ex(g, A, upper=False, check_errors=False):
-    M.check(g, A, "A", square=True)
+    M.check(g, A, "A", square=True, any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0), M.fill(g, 1)
     ll, info = _cholesky(g, A, upper)
@@ -67,7 +73,7 @@ def linalg_cholesky_ex(g, A, upper=False, check_errors=False):
 
 @aten("linalg_cholesky", "cholesky")
 def linalg_cholesky(g, A, upper=False):
-    M.check(g, A, "A", square=True)
+    M.check(g, A, "A", square=True, any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0)
     return g.cast(_cholesky(g, A, upper)[0], A.dtype)
@@ -82,8 +88,8 @@ def _chol_solve(g, b, f, upper):
 
 @aten("cholesky_solve")
 def cholesky_solve(g, self, input2, upper=False):
-    M.check(g, input2, "input2", square=True)
-    M.check(g, self, "self")
+    M.check(g, input2, "input2", square=True, any_size=True)
+    M.check(g, self, "self", any_size=True)
     if M.empty(g.out_shape(0)):
         return M.fill(g, 0)
     f, b, _ = F.broadcast_pair(g, M.work(g, input2), M.work(g, self))
@@ -92,7 +98,7 @@ def cholesky_solve(g, self, input2, upper=False):
 
 @aten("cholesky_inverse")
 def cholesky_inverse(g, self, upper=False):
-    n, _ = M.check(g, self, "self", square=True)
+    n, _ = M.check(g, self, "self", square=True, any_size=True)
     if M.empty(self.shape):
         return M.fill(g, 0)
     f = M.work(g, self)

@@ -1,9 +1,11 @@
-"""Triangular solves larger than the unrolled limit (16 x 16): one ``tract_core_scan`` per
-solve (op_mappings/helpers/trsm_loop.py), torch eager (LAPACK) vs tract.
+"""Triangular solves and Cholesky larger than the unrolled limit (16 x 16): one
+``tract_core_scan`` each (op_mappings/helpers/trsm_loop.py, potrf_loop.py), torch eager
+(LAPACK) vs tract.
 
-Every flag of ``linalg.solve_triangular`` and ``triangular_solve``, f32 and f64 (the
-dtypes PyTorch's CPU kernels take), broadcast and dynamic batches, a zero diagonal (inf/NaN
-as LAPACK gives them), and an op count that does not grow with the matrix side.
+Every flag of ``linalg.solve_triangular``, ``triangular_solve``, ``cholesky``,
+``cholesky_solve`` and ``cholesky_inverse``, f32 and f64 (the dtypes PyTorch's CPU kernels
+take), broadcast and dynamic batches, a zero diagonal (inf/NaN as LAPACK gives them), a
+matrix that is not positive definite (info), and an op count that does not grow with n.
 """
 
 import pytest
@@ -75,12 +77,17 @@ def test_large_triangular_solve_zero_diagonal():
                   "upper": lambda a, b: L.solve_triangular(a, b, upper=True)}, (a, b))
 
 
-def test_large_triangular_solve_op_count_is_fixed():
+@pytest.mark.parametrize("fn", ["solve_triangular", "cholesky"])
+def test_large_op_count_is_fixed(fn):
+    """The same ops at 20 x 20 and 64 x 64: the loop's body does not grow with n."""
     counts = []
     for n in (20, 64):
-        a, b = _tri(n, 2), torch.randn(2, n, 3)
-        result = assert_exports(lambda_module(
-            lambda a, b: L.solve_triangular(a, b, upper=True)), (a, b), rtol=1e-3, atol=1e-4)
+        if fn == "cholesky":
+            model, args = lambda_module(lambda s: L.cholesky(s)), (_spd(n, 2),)
+        else:
+            model = lambda_module(lambda a, b: L.solve_triangular(a, b, upper=True))
+            args = (_tri(n, 2), torch.randn(2, n, 3))
+        result = assert_exports(model, args, rtol=1e-3, atol=1e-4)
         counts.append(sum(result.op_histogram.values()))
     assert counts[0] == counts[1], counts
 
@@ -89,3 +96,43 @@ def lambda_module(fn):
     from opcases import Fn
 
     return Fn(fn)
+
+
+def _spd(n, *batch, dtype=torch.float32, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(*batch, n, n, generator=gen, dtype=torch.float64)
+    return (a @ a.mT / n + torch.eye(n, dtype=torch.float64)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_large_cholesky_family(dtype):
+    """Cholesky (a column per scan step) and the solves on it, 24 x 24."""
+    s = _spd(24, 2, 3, dtype=dtype)
+    b = torch.randn(3, 24, 2, generator=torch.Generator().manual_seed(8)).to(dtype)
+    assert_cases({
+        "cholesky lower": lambda s, b: L.cholesky(s),
+        "cholesky upper": lambda s, b: L.cholesky(s, upper=True),
+        "cholesky reads the lower triangle only": lambda s, b: L.cholesky(s.tril()),
+        "torch.cholesky": lambda s, b: torch.cholesky(s[0, 0]),
+        "cholesky_ex": lambda s, b: L.cholesky_ex(s),
+        "cholesky_solve": lambda s, b: torch.cholesky_solve(b, L.cholesky(s)),
+        "cholesky_solve upper": lambda s, b: torch.cholesky_solve(
+            b, L.cholesky(s, upper=True), upper=True),
+        "cholesky_inverse": lambda s, b: torch.cholesky_inverse(L.cholesky(s[1, 2])),
+    }, (s, b), rtol=1e-3, atol=1e-4)
+
+
+def test_large_cholesky_not_positive_definite():
+    """info names the first minor that is not positive definite (LAPACK's order)."""
+    s = _spd(20, 3, dtype=torch.float64)
+    s[1, 12, 12] = -50.0
+    s[2, 0, 0] = 0.0
+    assert_cases({"info": lambda s: L.cholesky_ex(s)[1]}, (s,))
+
+
+def test_large_cholesky_dynamic_batch():
+    def args(batch):
+        return (_spd(20, batch, seed=batch),)
+
+    assert_exports(lambda_module(lambda s: L.cholesky(s)), args(2), input_names=["s"],
+                   dynamic_axes={"s": {0: "B"}}, more_args=[args(4)], rtol=1e-3, atol=1e-4)
