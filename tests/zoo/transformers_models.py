@@ -236,6 +236,21 @@ MODELS = [
                 attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
                 mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, use_mamba_kernels=False),
             text),
+    TfModel("mamba2", "state-space decoders",  # pads S to whole chunks by S % chunk_size
+            _lm("Mamba2Model", "Mamba2Config", vocab_size=VOCAB, hidden_size=32,
+                num_hidden_layers=1, state_size=8, expand=2, conv_kernel=4, num_heads=8,
+                head_dim=8, n_groups=1, chunk_size=4), text_nomask, size=(2, 6),
+            dynamic={"input_ids": {0: "B", 1: "S"}}, more_sizes=((1, 9), (3, 8))),
+    TfModel("qwen3_next", "state-space decoders",  # gated delta net + attention + MoE:
+            # 64 x 64 unit-triangular solves per chunk. S stays static: the model loops over
+            # its chunks in Python (range(num_chunks)), which the trace unrolls
+            _lm("Qwen3NextModel", "Qwen3NextConfig", **dict(MOE, num_hidden_layers=2),
+                head_dim=8, linear_conv_kernel_dim=4, linear_key_head_dim=8,
+                linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4,
+                moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                num_experts_per_tok=2, num_experts=4,
+                layer_types=["linear_attention", "full_attention"]), text,
+            dynamic={"input_ids": {0: "B"}, "attention_mask": {0: "B"}}, more_sizes=((3, 8),)),
     TfModel("recurrent_gemma", "state-space decoders",  # Griffin: RG-LRU and local
             # attention blocks; keeps a bfloat16 buffer (``normalizer``) in a float32 model
             _lm("RecurrentGemmaForCausalLM", "RecurrentGemmaConfig", vocab_size=VOCAB,
