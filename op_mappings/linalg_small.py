@@ -39,7 +39,11 @@ from t2n.registry import aten
 
 
 def _pivots_out(g, pivots):
-    """The 0-based per-step pivots as PyTorch's 1-based int32 ``[..., k]``."""
+    """The 0-based per-step pivots (a list, or the loop's ``[..., 1, k]``) as PyTorch's
+    1-based int32 ``[..., k]``."""
+    if not isinstance(pivots, list):
+        v = g.binary("add", g.squeeze(pivots, [pivots.rank - 2]), 1, torch.int64)
+        return g.cast(v, torch.int32)
     one_based = [g.binary("add", g.squeeze(p, [p.rank - 1]), 1, torch.int64) for p in pivots]
     v = g.concat(one_based, one_based[0].rank - 1)
     return g.cast(v, torch.int32)
@@ -65,10 +69,10 @@ def _permutation(g, pivots, m, batch):
 
 @aten("linalg_lu_factor")
 def linalg_lu_factor(g, A, pivot=True):
-    M.check(g, A, "A")
+    M.check(g, A, "A", any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0), M.fill(g, 1, 1)
-    lu, piv, _ = F.lu_factor(g, A, pivot)
+    lu, piv, _ = F.lu_factor(g, A, pivot, any_size=True)
     return g.cast(lu, A.dtype), _pivots_out(g, piv)
 
 
@@ -76,10 +80,10 @@ def linalg_lu_factor(g, A, pivot=True):
 def linalg_lu_factor_ex(g, A, pivot=True, check_errors=False):
     """``check_errors`` raises in PyTorch on a singular input: the exported graph returns
     the factorisation and ``info`` instead (it cannot raise)."""
-    M.check(g, A, "A")
+    M.check(g, A, "A", any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0), M.fill(g, 1, 1), M.fill(g, 2)
-    lu, piv, info = F.lu_factor(g, A, pivot)
+    lu, piv, info = F.lu_factor(g, A, pivot, any_size=True)
     return g.cast(lu, A.dtype), _pivots_out(g, piv), F.info_out(g, info, A.shape[:-2])
 
 
@@ -132,9 +136,17 @@ def lu_unpack(g, LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
 
 # ---------------------------------------------------------------------------- determinants
 def _diag_and_sign(g, A):
-    """The LU diagonal entries (``[..., 1, 1]`` each) and the permutation's sign (+-1.)."""
-    n, _ = M.check(g, A, "A", square=True)
+    """The LU diagonal entries (``[..., 1, 1]`` each; above ``MAX_N`` one ``[..., 1, n]``)
+    and the permutation's sign (+-1.)."""
+    n, _ = M.check(g, A, "A", square=True, any_size=True)
     lu, piv, _ = F.getrf(g, M.work(g, A))
+    if not isinstance(piv, list):  # the loop's pivots: sign = prod(p == j ? 1 : -1)
+        eye = g.const(torch.eye(n, dtype=torch.bool))
+        diag = g.reduce("sum_reduce", select(g, eye, lu, 0.0), [lu.rank - 2], keepdim=True)
+        kept = M.compare(g, "eq", piv, g.const(torch.arange(n).reshape(1, n)))
+        flips = select(g, kept, g.scalar(1.0, M.WORK), g.scalar(-1.0, M.WORK))
+        return [diag], g.reduce("tract_core_product_reduce", flips, [piv.rank - 1],
+                                keepdim=True)
     diag = [M.at(g, lu, j, j) for j in range(n)]
     sign = None
     for j, p in enumerate(piv):
@@ -146,29 +158,34 @@ def _diag_and_sign(g, A):
 
 @aten("linalg_det", "det", "_linalg_det")
 def linalg_det(g, A):
-    M.check(g, A, "A", square=True)
+    M.check(g, A, "A", square=True, any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0, 1.0)
     diag, sign = _diag_and_sign(g, A)
     det = sign
     for d in diag:
-        det = M.mul(g, det, d)
+        det = M.mul(g, det, _fold(g, "tract_core_product_reduce", d))
     return g.cast(M.squeeze2(g, det), A.dtype)
+
+
+def _fold(g, kind, x):
+    """``[..., 1, n]`` (the loop's whole diagonal at once) reduced to ``[..., 1, 1]``."""
+    return x if x.shape[-1] == 1 else g.reduce(kind, x, [x.rank - 1], keepdim=True)
 
 
 def _slogdet(g, A):
     diag, sign = _diag_and_sign(g, A)
     logabs = None
     for d in diag:
-        sign = M.mul(g, sign, g.unary("sign", d))
-        la = g.unary("log", g.unary("abs", d))
+        sign = M.mul(g, sign, _fold(g, "tract_core_product_reduce", g.unary("sign", d)))
+        la = _fold(g, "sum_reduce", g.unary("log", g.unary("abs", d)))
         logabs = la if logabs is None else g.binary("add", logabs, la, M.WORK)
     return M.squeeze2(g, sign), M.squeeze2(g, logabs)
 
 
 @aten("linalg_slogdet", "slogdet")
 def linalg_slogdet(g, A):
-    M.check(g, A, "A", square=True)
+    M.check(g, A, "A", square=True, any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0, 1.0), M.fill(g, 1, 0.0)
     sign, logabs = _slogdet(g, A)
@@ -178,7 +195,7 @@ def linalg_slogdet(g, A):
 @aten("logdet")
 def logdet(g, self):
     """PyTorch: NaN for a negative determinant, -inf for a singular matrix."""
-    M.check(g, self, "self", square=True)
+    M.check(g, self, "self", square=True, any_size=True)
     if M.empty(self.shape):
         return M.fill(g, 0, 0.0)
     sign, logabs = _slogdet(g, self)

@@ -1,11 +1,12 @@
-"""Triangular solves and Cholesky larger than the unrolled limit (16 x 16): one
-``tract_core_scan`` each (op_mappings/helpers/trsm_loop.py, potrf_loop.py), torch eager
-(LAPACK) vs tract.
+"""Triangular solves, Cholesky and LU larger than the unrolled limit (16 x 16): one
+``tract_core_scan`` each (op_mappings/helpers/trsm_loop.py, potrf_loop.py, getrf_loop.py),
+torch eager (LAPACK) vs tract.
 
 Every flag of ``linalg.solve_triangular``, ``triangular_solve``, ``cholesky``,
 ``cholesky_solve`` and ``cholesky_inverse``, f32 and f64 (the dtypes PyTorch's CPU kernels
 take), broadcast and dynamic batches, a zero diagonal (inf/NaN as LAPACK gives them), a
-matrix that is not positive definite (info), and an op count that does not grow with n.
+matrix that is not positive definite (info), LU's pivots, info and determinants (square,
+tall, wide, singular), and an op count that does not grow with n.
 """
 
 import pytest
@@ -77,13 +78,15 @@ def test_large_triangular_solve_zero_diagonal():
                   "upper": lambda a, b: L.solve_triangular(a, b, upper=True)}, (a, b))
 
 
-@pytest.mark.parametrize("fn", ["solve_triangular", "cholesky"])
+@pytest.mark.parametrize("fn", ["solve_triangular", "cholesky", "lu_factor"])
 def test_large_op_count_is_fixed(fn):
     """The same ops at 20 x 20 and 64 x 64: the loop's body does not grow with n."""
     counts = []
     for n in (20, 64):
         if fn == "cholesky":
             model, args = lambda_module(lambda s: L.cholesky(s)), (_spd(n, 2),)
+        elif fn == "lu_factor":
+            model, args = lambda_module(lambda a: L.lu_factor(a)), (_general(n, 2),)
         else:
             model = lambda_module(lambda a, b: L.solve_triangular(a, b, upper=True))
             args = (_tri(n, 2), torch.randn(2, n, 3))
@@ -136,3 +139,48 @@ def test_large_cholesky_dynamic_batch():
 
     assert_exports(lambda_module(lambda s: L.cholesky(s)), args(2), input_names=["s"],
                    dynamic_axes={"s": {0: "B"}}, more_args=[args(4)], rtol=1e-3, atol=1e-4)
+
+
+def _general(n, *batch, dtype=torch.float32, seed=2):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(*batch, n, n, generator=gen, dtype=torch.float64) +
+            2 * torch.eye(n, dtype=torch.float64)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_large_lu_and_determinants(dtype):
+    """LU with partial pivoting (a column per scan step): LU, pivots, info, det, slogdet,
+    logdet; square 20 x 20 and rectangular 24 x 18 / 18 x 24."""
+    a = _general(20, 2, dtype=dtype)
+    rect = torch.randn(2, 24, 18, generator=torch.Generator().manual_seed(3)).to(dtype)
+    assert_cases({
+        "lu_factor": lambda a, r: L.lu_factor(a),
+        "lu_factor_ex": lambda a, r: L.lu_factor_ex(a),
+        "lu_factor tall": lambda a, r: L.lu_factor(r),
+        "lu_factor wide": lambda a, r: L.lu_factor(r.mT),
+        "det": lambda a, r: L.det(a),
+        "det, two rows swapped": lambda a, r: L.det(torch.cat([a[..., 1:2, :], a[..., :1, :],
+                                                               a[..., 2:, :]], -2)),
+        "slogdet, two rows swapped": lambda a, r: L.slogdet(
+            torch.cat([a[..., 1:2, :], a[..., :1, :], a[..., 2:, :]], -2)),
+        "slogdet": lambda a, r: L.slogdet(a),
+        "logdet of a a^T": lambda a, r: torch.logdet(a @ a.mT),
+    }, (a, rect), rtol=1e-3, atol=1e-4)
+
+
+def test_large_lu_singular():
+    """An exactly singular matrix: a zero pivot sets info, its column is left unscaled, the
+    determinant is 0 and logdet -inf."""
+    a = _general(18, dtype=torch.float64)
+    a[:, 5] = 0.0
+    assert_cases({"lu_factor_ex": lambda a: L.lu_factor_ex(a), "det": lambda a: L.det(a),
+                  "logdet": lambda a: torch.logdet(a)}, (a,))
+
+
+def test_large_det_dynamic_batch():
+    def args(batch):
+        return (_general(20, batch, seed=batch),)
+
+    assert_exports(lambda_module(lambda a: (L.det(a), L.lu_factor(a)[1])), args(2),
+                   input_names=["a"], dynamic_axes={"a": {0: "B"}}, more_args=[args(3)],
+                   rtol=1e-3, atol=1e-4)

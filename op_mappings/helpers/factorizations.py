@@ -17,8 +17,14 @@ WORK = M.WORK
 
 def getrf(g, a):
     """LAPACK ``getrf`` on ``a`` (float64 ``[..., m, n]``): (LU, 0-based pivots as i64
-    ``[..., 1, 1]`` per step, info as i64 ``[..., 1, 1]``: 1-based first zero pivot or 0)."""
+    ``[..., 1, 1]`` per step, info as i64 ``[..., 1, 1]``: 1-based first zero pivot or 0).
+    Above ``MAX_N``, one ``tract_core_scan`` whose pivots are one ``[..., 1, k]`` tensor
+    (``getrf_loop``)."""
     m, n = a.shape[-2:]
+    if min(m, n) > M.MAX_N:
+        from op_mappings.helpers.getrf_loop import getrf_scan
+
+        return getrf_scan(g, a)
     r = a.rank - 2
     pivots, info = [], None
     for j in range(min(m, n)):
@@ -49,10 +55,12 @@ def getrf(g, a):
     return a, pivots, info
 
 
-def lu_factor(g, A, pivot):
+def lu_factor(g, A, pivot, any_size: bool = False):
+    """getrf of ``A`` in float64; ``any_size`` for callers that take the scan's stacked
+    pivots (a tensor, not a list) above ``MAX_N``."""
     if not pivot:
         raise g.error("pivot: LU without pivoting is not supported (PyTorch has it on CUDA only)")
-    M.check(g, A, "A")
+    M.check(g, A, "A", any_size=any_size)
     return getrf(g, M.work(g, A))
 
 
