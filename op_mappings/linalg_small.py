@@ -50,8 +50,11 @@ def _pivots_out(g, pivots):
 
 
 def _pivots_in(g, pivots, k):
-    """Runtime 1-based pivots ``[..., k]`` as 0-based i64 ``[..., 1, 1]`` per step."""
+    """Runtime 1-based pivots ``[..., k]`` as 0-based i64 ``[..., 1, 1]`` per step (above
+    ``MAX_N``, one ``[..., 1, k]`` for the loops)."""
     p = g.binary("sub", g.cast(pivots, torch.int64), 1, torch.int64)
+    if k > M.MAX_N:
+        return g.unsqueeze(p, [p.rank - 1])
     out = []
     for j in range(k):
         pj = g.slice(p, p.rank - 1, j, j + 1)
@@ -62,9 +65,7 @@ def _pivots_in(g, pivots, k):
 def _permutation(g, pivots, m, batch):
     """P with ``A = P @ L @ U`` (the row swaps applied to the identity, transposed)."""
     e = M.batch_bcast(g, M.eye(g, m, m), batch)
-    for j, p in enumerate(pivots):
-        e = M.swap_rows(g, e, j, p)
-    return M.mT(g, e)
+    return M.mT(g, F.apply_swaps(g, e, pivots))
 
 
 @aten("linalg_lu_factor")
@@ -97,10 +98,10 @@ def _unpack_lu(g, lu, m, n):
 
 @aten("linalg_lu")
 def linalg_lu(g, A, pivot=True):
-    m, n = M.check(g, A, "A")
+    m, n = M.check(g, A, "A", any_size=True)
     if M.empty(A.shape):
         return tuple(M.fill(g, i) if i else _batch_eye_out(g, A, m) for i in range(3))
-    lu, piv, _ = F.lu_factor(g, A, pivot)
+    lu, piv, _ = F.lu_factor(g, A, pivot, any_size=True)
     ll, uu = _unpack_lu(g, lu, m, n)
     p = _permutation(g, piv, m, A.shape[:-2])
     return g.cast(p, A.dtype), g.cast(ll, A.dtype), g.cast(uu, A.dtype)
@@ -115,7 +116,7 @@ def _batch_eye_out(g, A, m):
 
 @aten("lu_unpack")
 def lu_unpack(g, LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
-    m, n = M.check(g, LU_data, "LU_data")
+    m, n = M.check(g, LU_data, "LU_data", any_size=True)
     k = min(m, n)
     outs = [None, None, None]
     if unpack_pivots:
@@ -246,8 +247,8 @@ def triangular_solve(g, self, A, upper=True, transpose=False, unitriangular=Fals
 
 @aten("linalg_lu_solve")
 def linalg_lu_solve(g, LU, pivots, B, left=True, adjoint=False):
-    n, _ = M.check(g, LU, "LU", square=True)
-    M.check(g, B, "B")
+    n, _ = M.check(g, LU, "LU", square=True, any_size=True)
+    M.check(g, B, "B", any_size=True)
     if M.empty(g.out_shape(0)):
         return M.fill(g, 0)
     lu, b = M.work(g, LU), M.work(g, B)
@@ -271,11 +272,11 @@ def _is_vector_rhs(A, B):
 
 
 def _linalg_solve(g, A, B, left, with_info):
-    M.check(g, A, "A", square=True)
+    M.check(g, A, "A", square=True, any_size=True)
     vector = _is_vector_rhs(A, B)
     if vector:
         B = g.unsqueeze(B, [B.rank])
-    M.check(g, B, "B")
+    M.check(g, B, "B", any_size=True)
     if M.empty(g.out_shape(0)):
         return M.fill(g, 0), (M.fill(g, 1) if with_info else None)
     x, info, _ = F.solve(g, A, B, left)
@@ -296,7 +297,7 @@ def linalg_solve_ex(g, A, B, left=True, check_errors=False):
 
 @aten("linalg_inv_ex")
 def linalg_inv_ex(g, A, check_errors=False):
-    M.check(g, A, "A", square=True)
+    M.check(g, A, "A", square=True, any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0), M.fill(g, 1)
     x, info = F.inv(g, A)
@@ -305,7 +306,7 @@ def linalg_inv_ex(g, A, check_errors=False):
 
 @aten("linalg_inv", "inverse")
 def linalg_inv(g, A):
-    M.check(g, A, "A", square=True)
+    M.check(g, A, "A", square=True, any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0)
     return F.inv(g, A)[0]

@@ -184,3 +184,31 @@ def test_large_det_dynamic_batch():
     assert_exports(lambda_module(lambda a: (L.det(a), L.lu_factor(a)[1])), args(2),
                    input_names=["a"], dynamic_axes={"a": {0: "B"}}, more_args=[args(3)],
                    rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_large_lu_solves_and_inverse(dtype):
+    """The pivots' row swaps as a loop too: linalg.lu, lu_unpack, lu_solve (every flag),
+    solve, inv at 20 x 20 (and 24 x 18 for the unpacking)."""
+    a = _general(20, 2, dtype=dtype)
+    b = torch.randn(3, 1, 20, 4, generator=torch.Generator().manual_seed(7)).to(dtype)
+    rect = torch.randn(2, 24, 18, generator=torch.Generator().manual_seed(3)).to(dtype)
+    cases = {
+        "linalg.lu": lambda a, b, r: L.lu(a),
+        "linalg.lu tall": lambda a, b, r: L.lu(r),
+        "linalg.lu wide": lambda a, b, r: L.lu(r.mT),
+        "lu_unpack": lambda a, b, r: torch.lu_unpack(*L.lu_factor(r)),
+        "solve": lambda a, b, r: L.solve(a, b),
+        "solve left=False": lambda a, b, r: L.solve(a, b.mT, left=False),
+        "solve vector rhs": lambda a, b, r: L.solve(a[0], b[0, 0, :, 0]),
+        "solve_ex": lambda a, b, r: L.solve_ex(a, b[0]),
+        "inv": lambda a, b, r: L.inv(a),
+        "inv_ex": lambda a, b, r: L.inv_ex(a),
+        "torch.lu_solve": lambda a, b, r: torch.lu_solve(b[0], *L.lu_factor(a)),
+    }
+    for left in (True, False):
+        for adjoint in (False, True):
+            cases[f"linalg.lu_solve left={left} adjoint={adjoint}"] = (
+                lambda lf, ad: lambda a, b, r: L.lu_solve(
+                    *L.lu_factor(a), b if lf else b.mT, left=lf, adjoint=ad))(left, adjoint)
+    assert_cases(cases, (a, b, rect), rtol=1e-3, atol=1e-4)

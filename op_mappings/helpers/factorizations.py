@@ -97,6 +97,10 @@ def broadcast_pair(g, a, b):
 
 
 def apply_swaps(g, x, pivots, reverse=False):
+    if not isinstance(pivots, list):  # the loop's [..., 1, k] (above MAX_N)
+        from op_mappings.helpers.getrf_loop import apply_swaps_scan
+
+        return apply_swaps_scan(g, x, pivots, reverse)
     steps = list(enumerate(pivots))
     for j, p in (reversed(steps) if reverse else steps):
         x = M.swap_rows(g, x, j, p)
@@ -126,7 +130,7 @@ def solve(g, A, B, left=True):
 
 
 def inv(g, A):
-    n, _ = M.check(g, A, "A", square=True)
+    n, _ = M.check(g, A, "A", square=True, any_size=True)
     eye = M.batch_bcast(g, M.eye(g, n, n), A.shape[:-2])
     x, info, _ = solve(g, A, eye)
     return g.cast(x, A.dtype), info

@@ -23,6 +23,60 @@ from op_mappings.helpers.elementwise import select
 from t2n.loops import Loop
 
 
+def runtime_ramp(g, src, k: int):
+    """``0..k-1`` (i64) that tract cannot fold: plus the argmax of one element of ``src``
+    (a run-time tensor) times 0. A loop runs over it, since tract folds a constant scan
+    input into its body whole and drops an unused one."""
+    corner = src
+    for axis in range(src.rank):
+        corner = g.slice(corner, axis, 0, 1)
+    corner = g.reshape(corner, [1])
+    first = g.op("argmax_reduce", corner, axes=[0], out_dtype=torch.int64, out_shape=[1])
+    zero = g.binary("mul", first, g.scalar(0, torch.int64), torch.int64)
+    return g.binary("add", g.const(torch.arange(k)), zero, torch.int64)
+
+
+def counter(loop, tick, start: int, step: int):
+    """(j, j + step) in the body: a state read through ``max``/``min`` with the scanned
+    tick (equal to it): an op on the scanned input alone is pulled out of the loop by
+    tract, which then fails to patch its broadcasts."""
+    b = loop.body
+    c = loop.state(loop.g.const(torch.tensor([start])))
+    j = b.binary("max" if step > 0 else "min", c, tick, torch.int64)
+    nxt = b.binary("add", j, b.scalar(step, torch.int64), torch.int64)
+    loop.update(c, nxt)
+    return j
+
+
+def swap_rows(b, x, rows, j, p):
+    """Rows ``j`` and ``p`` (``[1]`` / ``[..., 1, 1]`` i64, run time) of ``x`` swapped with
+    select masks (exact, NaN-safe), as ``small_matrix.swap_rows`` does for a static ``j``."""
+    r = x.rank - 2
+    hit_p = b.binary("eq", rows, p, torch.int64, out_dtype=torch.bool)
+    hit_j = b.binary("eq", rows, j, torch.int64, out_dtype=torch.bool)
+    row_p = b.reduce("sum_reduce", select(b, hit_p, x, 0.0), [r], keepdim=True)
+    return select(b, hit_j, row_p, select(b, hit_p, b.gather(x, j, r), x)), row_p
+
+
+def apply_swaps_scan(g, x, pivots, reverse=False):
+    """The row swaps of 0-based ``pivots [..., 1, k]`` applied to ``x [..., m, c]`` in order
+    (in reverse order when ``reverse``), one per iteration."""
+    k = pivots.shape[-1]
+    m = x.shape[-2]
+    r = x.rank - 2
+    loop = Loop(g, "swaps")
+    step = -1 if reverse else 1
+    src = pivots if not pivots.is_const else x  # (a broadcast identity may fold)
+    tick = loop.scan(runtime_ramp(g, src, k), axis=0, step=step)
+    j = counter(loop, tick, k - 1 if reverse else 0, step)
+    b = loop.body
+    p = b.gather(loop.full(pivots), j, pivots.rank - 1)  # [..., 1, 1]
+    held = loop.state(x)
+    new, _ = swap_rows(b, held, b.const(torch.arange(m).reshape(m, 1)), j, p)
+    loop.update(held, new)
+    return loop.outputs([loop.last_output(new)])[0]
+
+
 def getrf_scan(g, a):
     """(LU, 0-based pivots i64 ``[..., 1, k]``, info i64 ``[..., 1, 1]``) of float64
     ``a [..., m, n]``, k = min(m, n)."""
@@ -31,22 +85,12 @@ def getrf_scan(g, a):
     r = a.rank - 2
     batch = list(a.shape[:-2])
     loop = Loop(g, "getrf")
-    # k iterations: a scan over 0..k-1 plus a run-time zero (the argmax of one entry per
-    # batch matrix, times 0), since tract folds a constant scan input and drops an unused one
-    corner = g.reshape(g.slice(g.slice(a, r, 0, 1), r + 1, 0, 1), [-1]) if r else \
-        g.reshape(g.slice(g.slice(a, 0, 0, 1), 1, 0, 1), [1])
-    first = g.op("argmax_reduce", corner, axes=[0], out_dtype=torch.int64, out_shape=[1])
-    zero = g.binary("mul", first, g.scalar(0, torch.int64), torch.int64)
-    ramp = g.binary("add", g.const(torch.arange(k)), zero, torch.int64)
-    tick = loop.scan(ramp, axis=0)  # [1]
-    counter = loop.state(g.const(torch.tensor([0])))
+    tick = loop.scan(runtime_ramp(g, a, k), axis=0)  # [1]
     held = loop.state(a)
     info = loop.state(g.broadcast_to(g.scalar(0, torch.int64), batch + [1, 1]))
     b = loop.body
     i64 = torch.int64
-    # j is the counter, read through max(counter, tick) (equal): an op on the scanned input
-    # alone is pulled out of the loop by tract, which then fails to patch its broadcasts
-    j = b.binary("max", counter, tick, i64)
+    j = counter(loop, tick, 0, 1)
 
     def cmp(kind, u, v):
         return b.binary(kind, u, v, i64, out_dtype=torch.bool)
@@ -57,13 +101,10 @@ def getrf_scan(g, a):
     col = b.gather(x, j, r + 1)  # [..., m, 1]
     mag = select(b, cmp("lt", rows, j), -1.0, b.unary("abs", col))
     p = b.op("argmax_reduce", mag, axes=[r], out_dtype=i64, out_shape=batch + [1, 1])
-    hit_p, hit_j = cmp("eq", rows, p), cmp("eq", rows, j)
-    row_p = b.reduce("sum_reduce", select(b, hit_p, x, 0.0), [r], keepdim=True)  # [..., 1, n]
-    x = select(b, hit_j, row_p, select(b, hit_p, b.gather(x, j, r), x))
+    x, row_p = swap_rows(b, x, rows, j, p)  # row_p: the new row j, [..., 1, n]
     d = b.gather(row_p, j, r + 1)  # [..., 1, 1]
     zero = b.binary("eq", d, b.scalar(0.0, a.dtype), out_dtype=torch.bool)
-    j1 = b.binary("add", j, b.scalar(1, i64), i64)
-    step = select(b, zero, j1, b.scalar(0, i64))
+    step = select(b, zero, b.binary("add", j, b.scalar(1, i64), i64), b.scalar(0, i64))
     new_info = select(b, b.binary("eq", info, b.scalar(0, i64), out_dtype=torch.bool), step,
                       info)
     colj = b.gather(x, j, r + 1)
@@ -75,7 +116,6 @@ def getrf_scan(g, a):
                           lcol, x))
     loop.update(held, new_x)
     loop.update(info, new_info)
-    loop.update(counter, j1)
     lu, piv, out_info = loop.outputs([loop.last_output(new_x), loop.scan_output(p, axis=r + 1),
                                       loop.last_output(new_info)])
     return lu, piv, out_info
