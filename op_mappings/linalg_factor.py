@@ -2,8 +2,9 @@
 with the solves and products built on them: cholesky, cholesky_solve, cholesky_inverse,
 geqrf, householder_product/orgqr, ormqr, qr, ldl_factor, ldl_solve.
 
-Unrolled over the matrix side like the LU family (``linalg_small.py``), except Cholesky and
-its solves, which loop above 16 x 16 (``helpers/potrf_loop.py``, ``trsm_loop.py``): float64 arithmetic,
+Unrolled over the matrix side like the LU family (``linalg_small.py``), except Cholesky, QR
+and their solves and products, which loop above 16 x 16 (``helpers/potrf_loop.py``,
+``geqrf_loop.py``, ``trsm_loop.py``): float64 arithmetic,
 whole-row/column steps, batch axes free. Householder reflectors follow LAPACK's
 ``geqrf``/``larfg`` (Q and R carry LAPACK's signs); LDL follows ``sytrf``'s partial
 Bunch-Kaufman pivoting. The shared kernels are in ``helpers/factorizations.py``.
@@ -110,6 +111,10 @@ def cholesky_inverse(g, self, upper=False):
 
 
 def _taus_in(g, tau, k):
+    """Runtime taus ``[..., k]`` as ``[..., 1, 1]`` per reflector (one ``[..., 1, k]`` for
+    the loops above ``MAX_N``)."""
+    if k > M.MAX_N:
+        return g.unsqueeze(tau, [tau.rank - 1])
     out = []
     for i in range(k):
         t = g.slice(tau, tau.rank - 1, i, i + 1)
@@ -119,17 +124,18 @@ def _taus_in(g, tau, k):
 
 @aten("geqrf")
 def geqrf(g, self):
-    M.check(g, self, "self")
+    M.check(g, self, "self", any_size=True)
     if M.empty(self.shape):
         return M.fill(g, 0), M.fill(g, 1)
     a, taus = F.geqrf(g, M.work(g, self))
-    tau = g.concat([g.squeeze(t, [t.rank - 1]) for t in taus], taus[0].rank - 2)
+    tau = g.concat([g.squeeze(t, [t.rank - 1]) for t in taus], taus[0].rank - 2) \
+        if isinstance(taus, list) else g.squeeze(taus, [taus.rank - 2])
     return g.cast(a, self.dtype), g.cast(tau, self.dtype)
 
 
 @aten("linalg_householder_product", "orgqr")
 def linalg_householder_product(g, input, tau):
-    m, n = M.check(g, input, "input")
+    m, n = M.check(g, input, "input", any_size=True)
     k = tau.shape[-1]
     if not isinstance(k, int):
         raise g.error("tau: its length must be static")
@@ -145,8 +151,8 @@ def linalg_householder_product(g, input, tau):
 @aten("ormqr")
 def ormqr(g, self, input2, input3, left=True, transpose=False):
     """``Q @ C``, ``Q^T @ C``, ``C @ Q`` or ``C @ Q^T`` with Q from geqrf's reflectors."""
-    M.check(g, self, "self")
-    M.check(g, input3, "input3")
+    M.check(g, self, "self", any_size=True)
+    M.check(g, input3, "input3", any_size=True)
     k = input2.shape[-1]
     if not isinstance(k, int):
         raise g.error("input2: tau's length must be static")
@@ -164,7 +170,7 @@ def ormqr(g, self, input2, input3, left=True, transpose=False):
 
 
 def _qr(g, A, mode):
-    m, n = M.check(g, A, "A")
+    m, n = M.check(g, A, "A", any_size=True)
     if mode not in ("reduced", "complete", "r"):
         raise g.error(f"mode: unknown mode {mode!r}")
     k = min(m, n)

@@ -212,3 +212,30 @@ def test_large_lu_solves_and_inverse(dtype):
                 lambda lf, ad: lambda a, b, r: L.lu_solve(
                     *L.lu_factor(a), b if lf else b.mT, left=lf, adjoint=ad))(left, adjoint)
     assert_cases(cases, (a, b, rect), rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_large_qr_family(dtype):
+    """Householder QR and the products with its Q (a column or a reflector per scan step):
+    qr in every mode, geqrf, householder_product/orgqr and ormqr with every flag; square
+    20 x 20, tall 24 x 18 and wide 18 x 24."""
+    a = _general(20, 2, dtype=dtype)
+    tall = torch.randn(2, 24, 18, generator=torch.Generator().manual_seed(4)).to(dtype)
+    c = torch.randn(2, 24, 3, generator=torch.Generator().manual_seed(5)).to(dtype)
+    cases = {
+        "qr reduced": lambda a, t, c: L.qr(a),
+        "qr tall reduced": lambda a, t, c: L.qr(t),
+        "qr tall complete": lambda a, t, c: L.qr(t, mode="complete"),
+        "qr wide": lambda a, t, c: L.qr(t.mT),
+        "qr r": lambda a, t, c: L.qr(t, mode="r")[1],
+        "torch.qr": lambda a, t, c: torch.qr(a[0]),
+        "geqrf": lambda a, t, c: torch.geqrf(t),
+        "householder_product": lambda a, t, c: L.householder_product(*torch.geqrf(t)),
+        "orgqr": lambda a, t, c: torch.orgqr(*torch.geqrf(a)),
+    }
+    for left in (True, False):
+        for transpose in (False, True):
+            cases[f"ormqr left={left} transpose={transpose}"] = (
+                lambda lf, tr: lambda a, t, c: torch.ormqr(
+                    *torch.geqrf(t), c if lf else c.mT, left=lf, transpose=tr))(left, transpose)
+    assert_cases(cases, (a, tall, c), rtol=1e-3, atol=1e-4)

@@ -138,8 +138,13 @@ def inv(g, A):
 
 def geqrf(g, a):
     """LAPACK ``geqrf`` (unblocked ``geqr2``/``larfg``) on float64 ``a``: (reflectors and R
-    packed as LAPACK does, taus as ``[..., 1, 1]`` per step)."""
+    packed as LAPACK does, taus as ``[..., 1, 1]`` per step; above ``MAX_N``, one scan
+    whose taus are one ``[..., 1, k]``: ``geqrf_loop``)."""
     m, n = a.shape[-2:]
+    if min(m, n) > M.MAX_N:
+        from op_mappings.helpers.geqrf_loop import geqrf_scan
+
+        return geqrf_scan(g, a)
     r = a.rank - 2
     taus = []
     for j in range(min(m, n)):
@@ -180,7 +185,12 @@ def reflect(g, c, w, tau, i):
 
 
 def apply_q(g, refl, taus, c, transpose):
-    """``Q @ c`` (or ``Q^T @ c``) for ``Q = H_0 H_1 ... H_{k-1}`` held as reflectors."""
+    """``Q @ c`` (or ``Q^T @ c``) for ``Q = H_0 H_1 ... H_{k-1}`` held as reflectors
+    (``taus`` a list, or the loop's ``[..., 1, k]``)."""
+    if not isinstance(taus, list):
+        from op_mappings.helpers.geqrf_loop import apply_q_scan
+
+        return apply_q_scan(g, refl, taus, c, transpose)
     order = list(range(len(taus)))
     for i in (order if transpose else reversed(order)):
         c = reflect(g, c, M.cols(g, refl, i, i + 1), taus[i], i)
