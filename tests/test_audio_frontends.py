@@ -1,12 +1,14 @@
 """Audio front ends as users write them in torch (torchaudio's MFCC recipe, a keyword
 spotter's feature stack): exported with a dynamic number of samples and checked in tract at
-two other lengths against torch eager."""
+two other lengths against torch eager; var/std over the dynamic axis; and a Silero-style
+voice activity detector exported for streaming and run chunk by chunk."""
 
 import math
 
 import pytest
 import torch
 from torch import nn
+import torch.nn.functional as F
 
 from t2n.testing import assert_exports
 
@@ -109,3 +111,46 @@ def test_var_with_correction_past_the_count():
 
     assert_cases({"var correction 3 of 2": lambda x: torch.var(x, -1, correction=3),
                   "var of 1 unbiased": lambda x: x[..., :1].var(-1)}, (torch.randn(3, 2),))
+
+
+class StreamingVad(nn.Module):
+    """A Silero-style voice activity detector on raw audio: an STFT as a strided conv1d
+    with fixed DFT kernels, magnitude, two strided conv layers, an LSTM, a per-frame
+    speech probability. Every layer is causal, so it runs chunk by chunk."""
+
+    def __init__(self, n_fft=64, hop=32, hidden=16):
+        super().__init__()
+        k = torch.arange(n_fft // 2 + 1, dtype=torch.float64)[:, None]
+        t = torch.arange(n_fft, dtype=torch.float64)[None, :]
+        win = torch.hann_window(n_fft, dtype=torch.float64)
+        basis = torch.cat([torch.cos(2 * math.pi * k * t / n_fft),
+                           -torch.sin(2 * math.pi * k * t / n_fft)]) * win
+        self.register_buffer("basis", basis.float()[:, None, :])  # [2F, 1, n_fft]
+        self.hop = hop
+        f = n_fft // 2 + 1
+        self.enc1 = nn.Conv1d(f, hidden, 3, stride=2)
+        self.enc2 = nn.Conv1d(hidden, hidden, 3)
+        self.rnn = nn.LSTM(hidden, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, 1)
+
+    def forward(self, waveform):  # [B, 1, N]
+        spec = F.conv1d(waveform, self.basis, stride=self.hop)
+        re, im = spec.chunk(2, dim=1)
+        mag = torch.sqrt(re * re + im * im + 1e-9)
+        h = torch.relu(self.enc2(torch.relu(self.enc1(torch.log1p(mag)))))
+        out, _ = self.rnn(h.transpose(1, 2))
+        return torch.sigmoid(self.head(out))[..., 0]
+
+
+@pytest.mark.parametrize("pulse", [256, 512])
+def test_streaming_vad(tmp_path, pulse):
+    import t2n
+
+    torch.manual_seed(0)
+    model = StreamingVad().eval()
+    x = torch.randn(1, 1, 4096, generator=torch.Generator().manual_seed(1)) * 0.1
+    r = t2n.export(model, (x,), str(tmp_path / "vad.nnef.tgz"), input_names=["x"],
+                   dynamic_axes={"x": {2: "S"}}, streaming="S", pulse=pulse, check=True)
+    assert r.passed, r.report()
+    assert r.stream.checks and all(c.ok for c in r.stream.checks)
+    assert r.stream.chunks >= 2  # several chunks went through one state
