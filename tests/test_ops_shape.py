@@ -101,3 +101,21 @@ def test_rank0_and_empty_tensors():
         "empty axis cat/transpose/flatten": lambda s, e: (
             torch.cat([e, e], 0), e.transpose(0, 1), e.flatten(), e.unsqueeze(1)),
     }, (torch.tensor(1.5), torch.randn(0, 3)))
+
+
+def test_loop_over_data_dependent_rows_is_refused():
+    """``for e in mask.nonzero()`` (DBRX's loop over the experts hit): the trace unrolls it
+    for the example's count; the export refuses it, naming the loop, instead of a graph
+    that is wrong for another count."""
+    from opcases import Fn
+    from t2n.errors import UnsupportedOperatorsError
+    from t2n.testing import assert_exports
+
+    def per_hit_row(x):
+        out = torch.zeros_like(x)
+        for e in (x.sum(1) > 0).nonzero():
+            out = out + x[e[0]]
+        return out
+
+    with pytest.raises(UnsupportedOperatorsError, match="number of rows depends on the data"):
+        assert_exports(Fn(per_hit_row), (torch.randn(5, 3),))

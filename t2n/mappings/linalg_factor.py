@@ -2,7 +2,9 @@
 with the solves and products built on them: cholesky, cholesky_solve, cholesky_inverse,
 geqrf, householder_product/orgqr, ormqr, qr, ldl_factor, ldl_solve.
 
-Unrolled over the matrix side like the LU family (``linalg_small.py``): float64 arithmetic,
+Unrolled over the matrix side like the LU family (``linalg_small.py``), except Cholesky, QR
+and their solves and products, which loop above 16 x 16 (``helpers/potrf_loop.py``,
+``geqrf_loop.py``, ``trsm_loop.py``): float64 arithmetic,
 whole-row/column steps, batch axes free. Householder reflectors follow LAPACK's
 ``geqrf``/``larfg`` (Q and R carry LAPACK's signs); LDL follows ``sytrf``'s partial
 Bunch-Kaufman pivoting. The shared kernels are in ``helpers/factorizations.py``.
@@ -26,8 +28,13 @@ from t2n.walk.registry import aten
 def _potrf(g, a):
     """LAPACK ``potrf`` (lower) on float64 ``a``, reading its lower triangle: (L, info), info
     the 1-based order of the first leading minor that is not positive definite, or 0.
-    Columns after a failure are not LAPACK's (PyTorch leaves them unspecified)."""
+    Columns after a failure are not LAPACK's (PyTorch leaves them unspecified). Above
+    ``MAX_N``, one ``tract_core_scan`` (``helpers/potrf_loop.py``)."""
     n = a.shape[-1]
+    if n > M.MAX_N:
+        from t2n.mappings.helpers.potrf_loop import potrf_scan
+
+        return potrf_scan(g, a)
     zeros = g.zeros_like(M.cols(g, a, 0, 1))
     cols, info = [], None
     for j in range(n):
@@ -58,7 +65,7 @@ def _cholesky(g, A, upper):
 
 @aten("linalg_cholesky_ex")
 def linalg_cholesky_ex(g, A, upper=False, check_errors=False):
-    M.check(g, A, "A", square=True)
+    M.check(g, A, "A", square=True, any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0), M.fill(g, 1)
     ll, info = _cholesky(g, A, upper)
@@ -67,7 +74,7 @@ def linalg_cholesky_ex(g, A, upper=False, check_errors=False):
 
 @aten("linalg_cholesky", "cholesky")
 def linalg_cholesky(g, A, upper=False):
-    M.check(g, A, "A", square=True)
+    M.check(g, A, "A", square=True, any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0)
     return g.cast(_cholesky(g, A, upper)[0], A.dtype)
@@ -82,8 +89,8 @@ def _chol_solve(g, b, f, upper):
 
 @aten("cholesky_solve")
 def cholesky_solve(g, self, input2, upper=False):
-    M.check(g, input2, "input2", square=True)
-    M.check(g, self, "self")
+    M.check(g, input2, "input2", square=True, any_size=True)
+    M.check(g, self, "self", any_size=True)
     if M.empty(g.out_shape(0)):
         return M.fill(g, 0)
     f, b, _ = F.broadcast_pair(g, M.work(g, input2), M.work(g, self))
@@ -92,7 +99,7 @@ def cholesky_solve(g, self, input2, upper=False):
 
 @aten("cholesky_inverse")
 def cholesky_inverse(g, self, upper=False):
-    n, _ = M.check(g, self, "self", square=True)
+    n, _ = M.check(g, self, "self", square=True, any_size=True)
     if M.empty(self.shape):
         return M.fill(g, 0)
     f = M.work(g, self)
@@ -104,6 +111,10 @@ def cholesky_inverse(g, self, upper=False):
 
 
 def _taus_in(g, tau, k):
+    """Runtime taus ``[..., k]`` as ``[..., 1, 1]`` per reflector (one ``[..., 1, k]`` for
+    the loops above ``MAX_N``)."""
+    if k > M.MAX_N:
+        return g.unsqueeze(tau, [tau.rank - 1])
     out = []
     for i in range(k):
         t = g.slice(tau, tau.rank - 1, i, i + 1)
@@ -113,17 +124,18 @@ def _taus_in(g, tau, k):
 
 @aten("geqrf")
 def geqrf(g, self):
-    M.check(g, self, "self")
+    M.check(g, self, "self", any_size=True)
     if M.empty(self.shape):
         return M.fill(g, 0), M.fill(g, 1)
     a, taus = F.geqrf(g, M.work(g, self))
-    tau = g.concat([g.squeeze(t, [t.rank - 1]) for t in taus], taus[0].rank - 2)
+    tau = g.concat([g.squeeze(t, [t.rank - 1]) for t in taus], taus[0].rank - 2) \
+        if isinstance(taus, list) else g.squeeze(taus, [taus.rank - 2])
     return g.cast(a, self.dtype), g.cast(tau, self.dtype)
 
 
 @aten("linalg_householder_product", "orgqr")
 def linalg_householder_product(g, input, tau):
-    m, n = M.check(g, input, "input")
+    m, n = M.check(g, input, "input", any_size=True)
     k = tau.shape[-1]
     if not isinstance(k, int):
         raise g.error("tau: its length must be static")
@@ -139,8 +151,8 @@ def linalg_householder_product(g, input, tau):
 @aten("ormqr")
 def ormqr(g, self, input2, input3, left=True, transpose=False):
     """``Q @ C``, ``Q^T @ C``, ``C @ Q`` or ``C @ Q^T`` with Q from geqrf's reflectors."""
-    M.check(g, self, "self")
-    M.check(g, input3, "input3")
+    M.check(g, self, "self", any_size=True)
+    M.check(g, input3, "input3", any_size=True)
     k = input2.shape[-1]
     if not isinstance(k, int):
         raise g.error("input2: tau's length must be static")
@@ -158,7 +170,7 @@ def ormqr(g, self, input2, input3, left=True, transpose=False):
 
 
 def _qr(g, A, mode):
-    m, n = M.check(g, A, "A")
+    m, n = M.check(g, A, "A", any_size=True)
     if mode not in ("reduced", "complete", "r"):
         raise g.error(f"mode: unknown mode {mode!r}")
     k = min(m, n)

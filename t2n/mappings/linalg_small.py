@@ -4,7 +4,8 @@ matrix_exp. Cholesky, QR and LDL are in ``linalg_factor.py``; the unrolled kerne
 (getrf, trsm, geqrf, ...) in ``helpers/factorizations.py``.
 
 tract has no linear-algebra primitives, so each factorisation is unrolled over the matrix
-size ``n`` (static, at most ``MAX_N`` of ``helpers/small_matrix.py``). Every step works on whole rows or columns of the
+size ``n`` (static, at most ``MAX_N`` of ``helpers/small_matrix.py``); triangular solves of
+any size loop instead above ``MAX_N`` (``helpers/trsm_loop.py``). Every step works on whole rows or columns of the
 last two axes (slice/concat/matmul), so leading batch axes of any size, even symbolic, cost
 nothing extra and the op count grows linearly with ``n``. The arithmetic runs in float64
 (f16/f32 inputs are cast up and the results cast back): LAPACK's f32 results agree with the
@@ -38,15 +39,22 @@ from t2n.walk.registry import aten
 
 
 def _pivots_out(g, pivots):
-    """The 0-based per-step pivots as PyTorch's 1-based int32 ``[..., k]``."""
+    """The 0-based per-step pivots (a list, or the loop's ``[..., 1, k]``) as PyTorch's
+    1-based int32 ``[..., k]``."""
+    if not isinstance(pivots, list):
+        v = g.binary("add", g.squeeze(pivots, [pivots.rank - 2]), 1, torch.int64)
+        return g.cast(v, torch.int32)
     one_based = [g.binary("add", g.squeeze(p, [p.rank - 1]), 1, torch.int64) for p in pivots]
     v = g.concat(one_based, one_based[0].rank - 1)
     return g.cast(v, torch.int32)
 
 
 def _pivots_in(g, pivots, k):
-    """Runtime 1-based pivots ``[..., k]`` as 0-based i64 ``[..., 1, 1]`` per step."""
+    """Runtime 1-based pivots ``[..., k]`` as 0-based i64 ``[..., 1, 1]`` per step (above
+    ``MAX_N``, one ``[..., 1, k]`` for the loops)."""
     p = g.binary("sub", g.cast(pivots, torch.int64), 1, torch.int64)
+    if k > M.MAX_N:
+        return g.unsqueeze(p, [p.rank - 1])
     out = []
     for j in range(k):
         pj = g.slice(p, p.rank - 1, j, j + 1)
@@ -57,17 +65,15 @@ def _pivots_in(g, pivots, k):
 def _permutation(g, pivots, m, batch):
     """P with ``A = P @ L @ U`` (the row swaps applied to the identity, transposed)."""
     e = M.batch_bcast(g, M.eye(g, m, m), batch)
-    for j, p in enumerate(pivots):
-        e = M.swap_rows(g, e, j, p)
-    return M.mT(g, e)
+    return M.mT(g, F.apply_swaps(g, e, pivots))
 
 
 @aten("linalg_lu_factor")
 def linalg_lu_factor(g, A, pivot=True):
-    M.check(g, A, "A")
+    M.check(g, A, "A", any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0), M.fill(g, 1, 1)
-    lu, piv, _ = F.lu_factor(g, A, pivot)
+    lu, piv, _ = F.lu_factor(g, A, pivot, any_size=True)
     return g.cast(lu, A.dtype), _pivots_out(g, piv)
 
 
@@ -75,10 +81,10 @@ def linalg_lu_factor(g, A, pivot=True):
 def linalg_lu_factor_ex(g, A, pivot=True, check_errors=False):
     """``check_errors`` raises in PyTorch on a singular input: the exported graph returns
     the factorisation and ``info`` instead (it cannot raise)."""
-    M.check(g, A, "A")
+    M.check(g, A, "A", any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0), M.fill(g, 1, 1), M.fill(g, 2)
-    lu, piv, info = F.lu_factor(g, A, pivot)
+    lu, piv, info = F.lu_factor(g, A, pivot, any_size=True)
     return g.cast(lu, A.dtype), _pivots_out(g, piv), F.info_out(g, info, A.shape[:-2])
 
 
@@ -92,10 +98,10 @@ def _unpack_lu(g, lu, m, n):
 
 @aten("linalg_lu")
 def linalg_lu(g, A, pivot=True):
-    m, n = M.check(g, A, "A")
+    m, n = M.check(g, A, "A", any_size=True)
     if M.empty(A.shape):
         return tuple(M.fill(g, i) if i else _batch_eye_out(g, A, m) for i in range(3))
-    lu, piv, _ = F.lu_factor(g, A, pivot)
+    lu, piv, _ = F.lu_factor(g, A, pivot, any_size=True)
     ll, uu = _unpack_lu(g, lu, m, n)
     p = _permutation(g, piv, m, A.shape[:-2])
     return g.cast(p, A.dtype), g.cast(ll, A.dtype), g.cast(uu, A.dtype)
@@ -110,7 +116,7 @@ def _batch_eye_out(g, A, m):
 
 @aten("lu_unpack")
 def lu_unpack(g, LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
-    m, n = M.check(g, LU_data, "LU_data")
+    m, n = M.check(g, LU_data, "LU_data", any_size=True)
     k = min(m, n)
     outs = [None, None, None]
     if unpack_pivots:
@@ -131,9 +137,17 @@ def lu_unpack(g, LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
 
 # ---------------------------------------------------------------------------- determinants
 def _diag_and_sign(g, A):
-    """The LU diagonal entries (``[..., 1, 1]`` each) and the permutation's sign (+-1.)."""
-    n, _ = M.check(g, A, "A", square=True)
+    """The LU diagonal entries (``[..., 1, 1]`` each; above ``MAX_N`` one ``[..., 1, n]``)
+    and the permutation's sign (+-1.)."""
+    n, _ = M.check(g, A, "A", square=True, any_size=True)
     lu, piv, _ = F.getrf(g, M.work(g, A))
+    if not isinstance(piv, list):  # the loop's pivots: sign = prod(p == j ? 1 : -1)
+        eye = g.const(torch.eye(n, dtype=torch.bool))
+        diag = g.reduce("sum_reduce", select(g, eye, lu, 0.0), [lu.rank - 2], keepdim=True)
+        kept = M.compare(g, "eq", piv, g.const(torch.arange(n).reshape(1, n)))
+        flips = select(g, kept, g.scalar(1.0, M.WORK), g.scalar(-1.0, M.WORK))
+        return [diag], g.reduce("tract_core_product_reduce", flips, [piv.rank - 1],
+                                keepdim=True)
     diag = [M.at(g, lu, j, j) for j in range(n)]
     sign = None
     for j, p in enumerate(piv):
@@ -145,29 +159,34 @@ def _diag_and_sign(g, A):
 
 @aten("linalg_det", "det", "_linalg_det")
 def linalg_det(g, A):
-    M.check(g, A, "A", square=True)
+    M.check(g, A, "A", square=True, any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0, 1.0)
     diag, sign = _diag_and_sign(g, A)
     det = sign
     for d in diag:
-        det = M.mul(g, det, d)
+        det = M.mul(g, det, _fold(g, "tract_core_product_reduce", d))
     return g.cast(M.squeeze2(g, det), A.dtype)
+
+
+def _fold(g, kind, x):
+    """``[..., 1, n]`` (the loop's whole diagonal at once) reduced to ``[..., 1, 1]``."""
+    return x if x.shape[-1] == 1 else g.reduce(kind, x, [x.rank - 1], keepdim=True)
 
 
 def _slogdet(g, A):
     diag, sign = _diag_and_sign(g, A)
     logabs = None
     for d in diag:
-        sign = M.mul(g, sign, g.unary("sign", d))
-        la = g.unary("log", g.unary("abs", d))
+        sign = M.mul(g, sign, _fold(g, "tract_core_product_reduce", g.unary("sign", d)))
+        la = _fold(g, "sum_reduce", g.unary("log", g.unary("abs", d)))
         logabs = la if logabs is None else g.binary("add", logabs, la, M.WORK)
     return M.squeeze2(g, sign), M.squeeze2(g, logabs)
 
 
 @aten("linalg_slogdet", "slogdet")
 def linalg_slogdet(g, A):
-    M.check(g, A, "A", square=True)
+    M.check(g, A, "A", square=True, any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0, 1.0), M.fill(g, 1, 0.0)
     sign, logabs = _slogdet(g, A)
@@ -177,7 +196,7 @@ def linalg_slogdet(g, A):
 @aten("logdet")
 def logdet(g, self):
     """PyTorch: NaN for a negative determinant, -inf for a singular matrix."""
-    M.check(g, self, "self", square=True)
+    M.check(g, self, "self", square=True, any_size=True)
     if M.empty(self.shape):
         return M.fill(g, 0, 0.0)
     sign, logabs = _slogdet(g, self)
@@ -199,8 +218,8 @@ def _solve_tri(g, a, b, upper, left, unit):
 
 @aten("linalg_solve_triangular")
 def linalg_solve_triangular(g, self, B, upper, left=True, unitriangular=False):
-    M.check(g, self, "A", square=True)
-    M.check(g, B, "B")
+    M.check(g, self, "A", square=True, any_size=True)
+    M.check(g, B, "B", any_size=True)
     if M.empty(g.out_shape(0)):
         return M.fill(g, 0)
     x = _solve_tri(g, M.work(g, self), M.work(g, B), upper, left, unitriangular)
@@ -210,8 +229,8 @@ def linalg_solve_triangular(g, self, B, upper, left=True, unitriangular=False):
 @aten("triangular_solve")
 def triangular_solve(g, self, A, upper=True, transpose=False, unitriangular=False):
     """``A @ X = self`` (or ``A^T @ X = self``); returns (X, a copy of A)."""
-    M.check(g, A, "A", square=True)
-    M.check(g, self, "self")
+    M.check(g, A, "A", square=True, any_size=True)
+    M.check(g, self, "self", any_size=True)
     batch = list(broadcast_shapes(A.shape[:-2], self.shape[:-2]))
     coefficient = M.fill(g, 1) if M.empty(g.out_shape(1)) else M.batch_bcast(g, A, batch)
     if M.empty(g.out_shape(0)):
@@ -228,8 +247,8 @@ def triangular_solve(g, self, A, upper=True, transpose=False, unitriangular=Fals
 
 @aten("linalg_lu_solve")
 def linalg_lu_solve(g, LU, pivots, B, left=True, adjoint=False):
-    n, _ = M.check(g, LU, "LU", square=True)
-    M.check(g, B, "B")
+    n, _ = M.check(g, LU, "LU", square=True, any_size=True)
+    M.check(g, B, "B", any_size=True)
     if M.empty(g.out_shape(0)):
         return M.fill(g, 0)
     lu, b = M.work(g, LU), M.work(g, B)
@@ -253,11 +272,11 @@ def _is_vector_rhs(A, B):
 
 
 def _linalg_solve(g, A, B, left, with_info):
-    M.check(g, A, "A", square=True)
+    M.check(g, A, "A", square=True, any_size=True)
     vector = _is_vector_rhs(A, B)
     if vector:
         B = g.unsqueeze(B, [B.rank])
-    M.check(g, B, "B")
+    M.check(g, B, "B", any_size=True)
     if M.empty(g.out_shape(0)):
         return M.fill(g, 0), (M.fill(g, 1) if with_info else None)
     x, info, _ = F.solve(g, A, B, left)
@@ -278,7 +297,7 @@ def linalg_solve_ex(g, A, B, left=True, check_errors=False):
 
 @aten("linalg_inv_ex")
 def linalg_inv_ex(g, A, check_errors=False):
-    M.check(g, A, "A", square=True)
+    M.check(g, A, "A", square=True, any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0), M.fill(g, 1)
     x, info = F.inv(g, A)
@@ -287,7 +306,7 @@ def linalg_inv_ex(g, A, check_errors=False):
 
 @aten("linalg_inv", "inverse")
 def linalg_inv(g, A):
-    M.check(g, A, "A", square=True)
+    M.check(g, A, "A", square=True, any_size=True)
     if M.empty(A.shape):
         return M.fill(g, 0)
     return F.inv(g, A)[0]

@@ -228,7 +228,16 @@ def chunk(g, self, chunks, dim=0):
 @aten("unbind")
 def unbind(g, self, dim=0):
     axis = dim % self.rank
-    if not isinstance(self.shape[axis], int):
+    n = self.shape[axis]
+    if not isinstance(n, int):
+        from t2n.walk.tensors import DATA_DEPENDENT_PREFIX
+
+        if any(str(x).startswith(DATA_DEPENDENT_PREFIX) for x in n.free_symbols):
+            raise g.error(f"dim={dim}: the number of rows depends on the data (nonzero, "
+                          "a boolean mask): a Python loop over them (`for e in "
+                          "x.nonzero()`, a mixture-of-experts loop over the experts hit) "
+                          "was unrolled by the trace for the example's count, so the graph "
+                          "would be wrong for any other; compute every row densely instead")
         raise g.error(f"dim={dim}: unbinding a dynamic axis gives one output per element")
     return [g.squeeze(g.slice(self, axis, i, i + 1), [axis]) for i in range(self.shape[axis])]
 

@@ -24,11 +24,11 @@ def _axes(x, dim):
 
 
 def _count(g, x, axes):
+    """How many elements the reduction takes: an int, or a size expression of dynamic
+    axes (then tract evaluates it at run time)."""
     n = 1
     for a in axes:
-        if not isinstance(x.shape[a], int):
-            raise g.error("a statistic over a dynamic axis is not supported yet")
-        n *= x.shape[a]
+        n = n * x.shape[a]
     return n
 
 
@@ -44,11 +44,14 @@ def var_of(g, x, axes, correction, keepdim):
     dev = g.binary("sub", x, mean, d)
     ss = g.reduce("sum_reduce", g.binary("mul", dev, dev, d), axes, keepdim=keepdim) \
         if axes else g.binary("mul", dev, dev, d)
-    denom = n - correction
-    if denom <= 0:
-        return g.binary("div", ss, g.scalar(0.0, d), d) if denom == 0 else \
-            g.binary("mul", ss, float("nan"), d)
-    v = g.binary("div", ss, float(denom), d)
+    # PyTorch divides by max(0, n - correction): inf (or NaN for 0/0) when it is 0
+    if isinstance(n, int):
+        denom = g.scalar(float(max(n - correction, 0)), d)
+    else:
+        import sympy
+
+        denom = g.cast(g.dim_scalar(sympy.Max(n - correction, 0)), d)
+    v = g.binary("div", ss, denom, d)
     return v, (mean if keepdim or not axes else g.squeeze(mean, axes))
 
 

@@ -69,7 +69,7 @@ def _name_and_minimum(sym, name: str, axis, example) -> tuple:
         raise UsageError(f"dynamic axis {axis} of {name!r}: the least size {sym[1]} is above "
                          f"the example's {size}")
     if len(sym) == 3 and size is not None and sym[2] <= size:
-        # the check runs the archive at the example size + 1 too (t2n.fresh_inputs)
+        # the check runs the archive at the example size + 1 too (t2n.check.fresh_inputs)
         raise UsageError(f"dynamic axis {axis} of {name!r}: the most size {sym[2]} must be "
                          f"above the example's {size} (export with a smaller example)")
     return sym
@@ -287,6 +287,11 @@ class SymbolicShapes:
                 out.append(tuple(self.from_torch(d) for d in r.shape))
             else:
                 out.append(None)
+        known = set(self.hints)
+        if any(getattr(d, "free_symbols", known) - known for s in out if s for d in s):
+            # a size PyTorch makes up for a data-dependent answer (``u0``: repeat_interleave
+            # by a repeats tensor, even a constant one): not a size tract knows
+            return None
         return out
 
 

@@ -22,7 +22,7 @@ import torch
 
 from t2n.walk.builder import Graph, Tensor
 from t2n.errors import ConversionError
-from t2n.capture.torch_export import PREFIX
+from t2n.capture.trace.torch_export import PREFIX
 from t2n.stopwatch import timed
 from t2n.walk.core import POISON, OpCall, Out, WalkerCore
 from t2n.walk.torchscript import _T2N_DIR, _TORCH_DIR, _Unsupported, _is_number, _is_symbolic
@@ -314,13 +314,16 @@ def _py_call(fn, args):
 
 
 def _to_t2n(expr):
-    """export's FloorDiv/Mod/CeilToInt in sympy expressions as plain sympy floor arithmetic."""
+    """export's FloorDiv/Mod/CeilToInt in sympy expressions as plain sympy floor arithmetic
+    (``a % b`` as ``a - b*floor(a/b)``, which sympy simplifies where its ``Mod`` stays
+    opaque: ``(S + (64 - S % 64) % 64) / 64`` is whole)."""
     import sympy
     from torch.utils._sympy.functions import CeilToInt, FloorDiv, FloorToInt, Mod, PythonMod
 
     return expr.replace(
         lambda e: isinstance(e, (FloorDiv, Mod, PythonMod, CeilToInt, FloorToInt)),
         lambda e: (sympy.floor(e.args[0] / e.args[1]) if isinstance(e, FloorDiv) else
-                   sympy.Mod(*e.args) if isinstance(e, (Mod, PythonMod)) else
+                   e.args[0] - e.args[1] * sympy.floor(e.args[0] / e.args[1])
+                   if isinstance(e, (Mod, PythonMod)) else
                    sympy.ceiling(e.args[0]) if isinstance(e, CeilToInt) else
                    sympy.floor(e.args[0])))

@@ -41,8 +41,16 @@ _PY_ARITH = {
     "add": lambda a, b, alpha=1: a + b * alpha, "sub": lambda a, b, alpha=1: a - b * alpha,
     "rsub": lambda a, b, alpha=1: b - a * alpha, "mul": lambda a, b: a * b,
     "floordiv": lambda a, b: a // b, "floor_divide": lambda a, b: a // b,
-    "remainder": lambda a, b: a % b, "neg": lambda a: -a,
+    "remainder": lambda a, b: _remainder(a, b), "neg": lambda a: -a,
 }
+
+
+def _remainder(a, b):
+    """``a % b``; of a symbolic size, ``a - b*floor(a/b)``: sympy's ``Mod`` hides from its
+    simplifier that ``(S + (4 - S % 4) % 4) / 4`` (a length padded to whole chunks) is whole."""
+    if _is_symbolic(a) or _is_symbolic(b):
+        return a - b * (a // b)
+    return a % b
 
 
 class Walker(ViewWrites, WalkerCore):

@@ -68,7 +68,8 @@ def dim_expr_text(expr) -> str:
 
     tract reads integers, symbols, ``+``, ``*``, ``/k`` (floor division by a positive
     integer), ``max(a,b)``, ``min(a,b)`` and parentheses (probed on tract 0.23.9); ``a-b`` is
-    written ``a+-1*b``. Anything else (a fraction outside a floor, ``%``) is refused."""
+    written ``a+-1*b``, ``a%k`` (``a`` known non-negative) ``a+-k*(a/k)``. Anything else (a
+    fraction outside a floor, ``%`` of what may be negative) is refused."""
     import sympy
 
     if isinstance(expr, (int, sympy.Integer)):
@@ -81,6 +82,10 @@ def dim_expr_text(expr) -> str:
         return expr.name
     if isinstance(expr, (sympy.floor, sympy.ceiling)):
         num, den = sympy.together(expr.args[0]).as_numer_denom()
+        if den.is_Integer and int(den) > 0 and (-num).is_positive:
+            # tract's division truncates: floor(-m/k) = -ceiling(m/k) keeps it non-negative
+            inner = (sympy.ceiling if isinstance(expr, sympy.floor) else sympy.floor)
+            return f"-1*{dim_expr_text(inner(-num / den))}"
         if den.is_Integer and int(den) > 0:
             if isinstance(expr, sympy.ceiling):
                 num = sympy.expand(num + int(den) - 1)
@@ -88,6 +93,12 @@ def dim_expr_text(expr) -> str:
                 return dim_expr_text(num)
             # parenthesised whole: tract reads ``2*(H+-1)/2`` as ``(2*(H+-1))/2``
             return f"(({dim_expr_text(num)})/{int(den)})"
+    if isinstance(expr, sympy.Mod) and expr.args[1].is_Integer and int(expr.args[1]) > 0 \
+            and expr.args[0].is_nonnegative:
+        # a % k = a - k*(a/k): tract has no modulo, and its division truncates, which is
+        # floor division only for a numerator known to be non-negative
+        a, k = dim_expr_text(expr.args[0]), int(expr.args[1])
+        return f"({a}+-{k}*(({a})/{k}))"
     if isinstance(expr, (sympy.Max, sympy.Min)):
         fn = "max" if isinstance(expr, sympy.Max) else "min"
         text = dim_expr_text(expr.args[0])
@@ -97,6 +108,11 @@ def dim_expr_text(expr) -> str:
     if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
         return "(" + "*".join([dim_expr_text(expr.base)] * int(expr.exp)) + ")"
     if isinstance(expr, sympy.Add):
+        from t2n.write.dim_floor import fold_single_floor
+
+        folded = fold_single_floor(expr)
+        if folded is not expr:
+            return dim_expr_text(folded)
         parts = [dim_expr_text(a) for a in expr.args]
         return "(" + "+".join(parts) + ")"
     if isinstance(expr, sympy.Mul) and all(not (a.is_Rational and not a.is_Integer)

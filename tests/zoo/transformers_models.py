@@ -75,6 +75,16 @@ def _lm(model_cls: str, config_cls: str, **cfg):
     return build
 
 
+def _with_backbone(model_cls: str, config_cls: str, backbone_cls: str, backbone: dict, **cfg):
+    def build():
+        t = _tf()
+        torch.manual_seed(0)
+        config = getattr(t, config_cls)(backbone_config=getattr(t, backbone_cls)(**backbone),
+                                         **cfg)
+        return redraw(getattr(t, model_cls)(config))
+    return build
+
+
 # ---------------------------------------------------------------------------- inputs
 def text(b: int, s: int, gen_seed: int = 0, mask: bool = True) -> dict:
     g = torch.Generator().manual_seed(gen_seed + 31 * b + s)
@@ -236,6 +246,21 @@ MODELS = [
                 attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
                 mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, use_mamba_kernels=False),
             text),
+    TfModel("mamba2", "state-space decoders",  # pads S to whole chunks by S % chunk_size
+            _lm("Mamba2Model", "Mamba2Config", vocab_size=VOCAB, hidden_size=32,
+                num_hidden_layers=1, state_size=8, expand=2, conv_kernel=4, num_heads=8,
+                head_dim=8, n_groups=1, chunk_size=4), text_nomask, size=(2, 6),
+            dynamic={"input_ids": {0: "B", 1: "S"}}, more_sizes=((1, 9), (3, 8))),
+    TfModel("qwen3_next", "state-space decoders",  # gated delta net + attention + MoE:
+            # 64 x 64 unit-triangular solves per chunk. S stays static: the model loops over
+            # its chunks in Python (range(num_chunks)), which the trace unrolls
+            _lm("Qwen3NextModel", "Qwen3NextConfig", **dict(MOE, num_hidden_layers=2),
+                head_dim=8, linear_conv_kernel_dim=4, linear_key_head_dim=8,
+                linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4,
+                moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                num_experts_per_tok=2, num_experts=4,
+                layer_types=["linear_attention", "full_attention"]), text,
+            dynamic={"input_ids": {0: "B"}, "attention_mask": {0: "B"}}, more_sizes=((3, 8),)),
     TfModel("recurrent_gemma", "state-space decoders",  # Griffin: RG-LRU and local
             # attention blocks; keeps a bfloat16 buffer (``normalizer``) in a float32 model
             _lm("RecurrentGemmaForCausalLM", "RecurrentGemmaConfig", vocab_size=VOCAB,
@@ -327,6 +352,40 @@ MODELS = [
                 patch_stride=[4, 4], patch_size=[7, 7], patch_padding=[3, 3],
                 embed_dim_multiplier=2.0, num_head_multiplier=2.0, num_query_pool=1),
             images(64)),
+    # ---- detection, depth and segmentation heads (backbones built from their own configs)
+    TfModel("yolos", "detection heads",
+            _lm("YolosForObjectDetection", "YolosConfig", hidden_size=32, num_hidden_layers=2,
+                num_attention_heads=4, intermediate_size=64, image_size=[64, 64],
+                patch_size=16, num_detection_tokens=5, num_labels=3), images(64), size=(1, 0)),
+    TfModel("detr", "detection heads",  # ResNet backbone, encoder-decoder, box head
+            _with_backbone("DetrForObjectDetection", "DetrConfig", "ResNetConfig",
+                           dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
+                                out_features=["stage2"], layer_type="basic"),
+                           use_timm_backbone=False, use_pretrained_backbone=False, d_model=32,
+                           encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+                           decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                           num_queries=5, num_labels=3), images(64), size=(1, 0)),
+    TfModel("depth_anything", "depth estimation",  # DINOv2 backbone, DPT-style neck
+            _with_backbone("DepthAnythingForDepthEstimation", "DepthAnythingConfig",
+                           "Dinov2Config",
+                           dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                                intermediate_size=64, image_size=56, patch_size=14,
+                                out_features=["stage1", "stage2", "stage3", "stage4"],
+                                reshape_hidden_states=False),
+                           reassemble_hidden_size=32, neck_hidden_sizes=[16, 16, 32, 32],
+                           fusion_hidden_size=16, head_hidden_size=16, patch_size=14),
+            images(56), size=(1, 0)),
+    TfModel("glpn", "depth estimation",
+            _lm("GLPNForDepthEstimation", "GLPNConfig", num_encoder_blocks=2, depths=[1, 1],
+                sr_ratios=[2, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2],
+                patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2], decoder_hidden_size=16,
+                max_depth=10, head_in_index=-1), images(64), size=(1, 0)),
+    TfModel("upernet", "segmentation",  # ConvNeXt backbone, pyramid pooling + FPN head
+            _with_backbone("UperNetForSemanticSegmentation", "UperNetConfig", "ConvNextConfig",
+                           dict(hidden_sizes=[8, 16, 32, 64], depths=[1, 1, 1, 1],
+                                out_features=["stage1", "stage2", "stage3", "stage4"]),
+                           hidden_size=16, num_labels=3, use_auxiliary_head=False),
+            images(64), size=(1, 0)),
     # ---- audio encoders
     TfModel("wav2vec2", "audio encoders",
             _lm("Wav2Vec2Model", "Wav2Vec2Config", hidden_size=32, num_hidden_layers=2,

@@ -17,8 +17,14 @@ WORK = M.WORK
 
 def getrf(g, a):
     """LAPACK ``getrf`` on ``a`` (float64 ``[..., m, n]``): (LU, 0-based pivots as i64
-    ``[..., 1, 1]`` per step, info as i64 ``[..., 1, 1]``: 1-based first zero pivot or 0)."""
+    ``[..., 1, 1]`` per step, info as i64 ``[..., 1, 1]``: 1-based first zero pivot or 0).
+    Above ``MAX_N``, one ``tract_core_scan`` whose pivots are one ``[..., 1, k]`` tensor
+    (``getrf_loop``)."""
     m, n = a.shape[-2:]
+    if min(m, n) > M.MAX_N:
+        from t2n.mappings.helpers.getrf_loop import getrf_scan
+
+        return getrf_scan(g, a)
     r = a.rank - 2
     pivots, info = [], None
     for j in range(min(m, n)):
@@ -49,17 +55,24 @@ def getrf(g, a):
     return a, pivots, info
 
 
-def lu_factor(g, A, pivot):
+def lu_factor(g, A, pivot, any_size: bool = False):
+    """getrf of ``A`` in float64; ``any_size`` for callers that take the scan's stacked
+    pivots (a tensor, not a list) above ``MAX_N``."""
     if not pivot:
         raise g.error("pivot: LU without pivoting is not supported (PyTorch has it on CUDA only)")
-    M.check(g, A, "A")
+    M.check(g, A, "A", any_size=any_size)
     return getrf(g, M.work(g, A))
 
 
 def trsm(g, t, b, lower: bool, unit: bool):
     """Solve ``t @ x = b`` (float64; ``t`` triangular ``[..., n, n]``, only its ``lower`` or
-    upper triangle read; ``b`` ``[..., n, k]``, already broadcast to the batch)."""
+    upper triangle read; ``b`` ``[..., n, k]``, already broadcast to the batch). Above
+    ``MAX_N`` rows, one ``tract_core_scan`` (``trsm_loop``) instead of the unrolled rows."""
     n = t.shape[-1]
+    if n > M.MAX_N:
+        from t2n.mappings.helpers.trsm_loop import trsm_scan
+
+        return trsm_scan(g, t, b, lower, unit)
     order = range(n) if lower else range(n - 1, -1, -1)
     done = None  # solved rows, in row order
     for i in order:
@@ -84,6 +97,10 @@ def broadcast_pair(g, a, b):
 
 
 def apply_swaps(g, x, pivots, reverse=False):
+    if not isinstance(pivots, list):  # the loop's [..., 1, k] (above MAX_N)
+        from t2n.mappings.helpers.getrf_loop import apply_swaps_scan
+
+        return apply_swaps_scan(g, x, pivots, reverse)
     steps = list(enumerate(pivots))
     for j, p in (reversed(steps) if reverse else steps):
         x = M.swap_rows(g, x, j, p)
@@ -113,7 +130,7 @@ def solve(g, A, B, left=True):
 
 
 def inv(g, A):
-    n, _ = M.check(g, A, "A", square=True)
+    n, _ = M.check(g, A, "A", square=True, any_size=True)
     eye = M.batch_bcast(g, M.eye(g, n, n), A.shape[:-2])
     x, info, _ = solve(g, A, eye)
     return g.cast(x, A.dtype), info
@@ -121,8 +138,13 @@ def inv(g, A):
 
 def geqrf(g, a):
     """LAPACK ``geqrf`` (unblocked ``geqr2``/``larfg``) on float64 ``a``: (reflectors and R
-    packed as LAPACK does, taus as ``[..., 1, 1]`` per step)."""
+    packed as LAPACK does, taus as ``[..., 1, 1]`` per step; above ``MAX_N``, one scan
+    whose taus are one ``[..., 1, k]``: ``geqrf_loop``)."""
     m, n = a.shape[-2:]
+    if min(m, n) > M.MAX_N:
+        from t2n.mappings.helpers.geqrf_loop import geqrf_scan
+
+        return geqrf_scan(g, a)
     r = a.rank - 2
     taus = []
     for j in range(min(m, n)):
@@ -163,7 +185,12 @@ def reflect(g, c, w, tau, i):
 
 
 def apply_q(g, refl, taus, c, transpose):
-    """``Q @ c`` (or ``Q^T @ c``) for ``Q = H_0 H_1 ... H_{k-1}`` held as reflectors."""
+    """``Q @ c`` (or ``Q^T @ c``) for ``Q = H_0 H_1 ... H_{k-1}`` held as reflectors
+    (``taus`` a list, or the loop's ``[..., 1, k]``)."""
+    if not isinstance(taus, list):
+        from t2n.mappings.helpers.geqrf_loop import apply_q_scan
+
+        return apply_q_scan(g, refl, taus, c, transpose)
     order = list(range(len(taus)))
     for i in (order if transpose else reversed(order)):
         c = reflect(g, c, M.cols(g, refl, i, i + 1), taus[i], i)

@@ -88,7 +88,7 @@ def slice_bounds(n, start, end):
             # a dynamic axis: clamp as PyTorch does, with tract dim expressions (x[-1:2])
             import sympy
 
-            start = sympy.Max(0, sympy.Min(n, start))
+            start = _max(0, _min(n, start))
             if from_back and start == 0:
                 # x[..., :-k]: n - k as written. With a max(0, n - k) tract cannot tell
                 # that the result has n - k elements (the residual add of wav2vec2's
@@ -96,12 +96,38 @@ def slice_bounds(n, start, end):
                 # (empty in PyTorch) is an error at run time in tract
                 pass
             else:
-                end = sympy.Max(start, sympy.Min(n, end))
+                end = _max(start, _min(n, end))
             start, end = _plain(start), _plain(end)
         # a symbolic bound on a static axis (position_ids[:, :S]) is kept as written: the
         # model is only valid where it lies within the axis, and a min() would hide from
         # tract that the result has S elements
     return start, end
+
+
+def _min(a, b):
+    """``min(a, b)`` of sizes, without the ``min`` when one is provably the smaller (a
+    length padded to whole chunks is never below the length: sympy alone cannot tell)."""
+    import sympy
+
+    from t2n.walk.tensors import known_nonnegative
+
+    if known_nonnegative(b - a):
+        return a
+    if known_nonnegative(a - b):
+        return b
+    return sympy.Min(a, b)
+
+
+def _max(a, b):
+    import sympy
+
+    from t2n.walk.tensors import known_nonnegative
+
+    if known_nonnegative(a - b):
+        return a
+    if known_nonnegative(b - a):
+        return b
+    return sympy.Max(a, b)
 
 
 def _plain(expr):

@@ -17,9 +17,10 @@ WORK = torch.float64
 
 
 def check(g, x, what: str = "self", square: bool = False, shorter_side: bool = False,
-           unrolled: str = "the factorisation"):
+           unrolled: str = "the factorisation", any_size: bool = False):
     """The static matrix sides of ``x`` (m, n), or a clear refusal. The limit applies to
-    the longer side, or to the shorter one when only that is unrolled."""
+    the longer side, or to the shorter one when only that is unrolled; not at all for a
+    lowering that loops (``any_size``: triangular solves)."""
     if x.rank < 2:
         raise g.error(f"{what}: expected a matrix (rank >= 2), got rank {x.rank}")
     if not x.dtype.is_floating_point:
@@ -28,10 +29,12 @@ def check(g, x, what: str = "self", square: bool = False, shorter_side: bool = F
     if not (isinstance(m, int) and isinstance(n, int)):
         raise g.error(f"{what}: the matrix sides must be static (got {m} x {n}); "
                       f"{unrolled} is unrolled over them")
-    if shorter_side and min(m, n) > MAX_N:
+    if any_size:
+        pass
+    elif shorter_side and min(m, n) > MAX_N:
         raise g.error(f"{what}: matrices whose shorter side exceeds {MAX_N} are not "
                       f"supported (got {m} x {n}): {unrolled} is unrolled over it")
-    if not shorter_side and max(m, n) > MAX_N:
+    elif not shorter_side and max(m, n) > MAX_N:
         raise g.error(f"{what}: matrices larger than {MAX_N} x {MAX_N} are not supported "
                       f"(got {m} x {n}): {unrolled} is unrolled over the matrix size")
     if square and m != n:
