@@ -23,8 +23,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import subprocess
-import time
 import warnings
 from dataclasses import dataclass, field
 
@@ -476,24 +474,16 @@ def generate_in_tract(archive: str, prompt: list[int], n: int,
     not the caller)."""
     import tempfile
 
-    from t2n.check.tract_runner import _child, _summarise
+    from t2n.check.child import run_child, summarise
 
     with tempfile.TemporaryDirectory(prefix="t2n-llm-") as d:
-        cmd, kw = _child([os.path.abspath(archive), ",".join(map(str, prompt)), str(n)], d)
-        cmd[cmd.index("t2n.check.tract_runner")] = "t2n.llm_generate"
-        t0 = time.perf_counter()
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                               stdin=subprocess.DEVNULL, **kw)
-        except subprocess.TimeoutExpired:
-            raise TractError(f"tract did not finish generating within {timeout:.0f} s",
-                             crashed=True) from None
-    if p.returncode != 0:
-        msg = _summarise(p.stderr)
-        crashed = p.returncode != 3
-        raise TractError(f"tract could not generate with {archive}: "
-                         + (f"tract crashed (exit code {p.returncode}): " if crashed else "")
-                         + msg, crashed=crashed)
-    out = json.loads(p.stdout.strip().splitlines()[-1])
-    out["child_seconds"] = time.perf_counter() - t0
+        run = run_child("t2n.llm_generate", [os.path.abspath(archive),
+                                             ",".join(map(str, prompt)), str(n)],
+                        workdir=d, timeout=timeout)
+    if not run.ok:
+        raise TractError(f"tract could not generate with {archive}: " + (
+            f"tract {run.crash_text()}" if run.crashed else summarise(run.stderr)),
+            crashed=run.crashed)
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    out["child_seconds"] = run.seconds
     return out

@@ -36,14 +36,11 @@ import math
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
 
-import t2n
 from t2n.check.compare import OutputCheck, compare
 from t2n.errors import CheckFailedError, ConversionError, TractError, UsageError
 from t2n.check.pulse_runner import pulse_size
@@ -272,22 +269,15 @@ def _child(request: dict, workdir: str, timeout: float) -> dict:
     res_path = os.path.join(workdir, "result.json")
     with open(req_path, "w") as f:
         json.dump(request, f)
-    env = dict(os.environ, RUST_BACKTRACE="0")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(t2n.__file__)))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    try:
-        p = subprocess.run([sys.executable, "-m", "t2n.check.pulse_runner", req_path, res_path],
-                           capture_output=True, text=True, timeout=timeout, cwd=workdir,
-                           env=env, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise TractError(f"tract did not pulse and run the archive within {timeout:.0f} s",
-                         crashed=True) from None
-    if p.returncode in (0, 3) and os.path.exists(res_path):
+    from t2n.check.child import run_child
+
+    run = run_child("t2n.check.pulse_runner", [req_path, res_path], workdir=workdir,
+                    timeout=timeout)
+    if not run.crashed and os.path.exists(res_path):
         with open(res_path) as f:
             return json.load(f)
-    tail = " | ".join(ln for ln in p.stderr.strip().splitlines()[-4:] if ln.strip())
-    raise TractError(f"tract crashed while pulsing the archive (exit code {p.returncode}): "
-                     f"{tail or '(no message)'}", crashed=True)
+    raise TractError(f"tract, pulsing and running the archive, {run.crash_text()}",
+                     crashed=True)
 
 
 def _upsamplers(g, spec: Streaming) -> list:

@@ -14,16 +14,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import t2n
-
+from t2n.check.child import run_child
 
 @dataclass
 class EntryResult:
@@ -96,29 +93,17 @@ def run_entry(entry, work: str, out_dir: str, trust_pickle: bool = False) -> Ent
         data["keep_failed"] = failed
     with open(spec_path, "w") as f:
         json.dump(data, f)
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(t2n.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([root, *entry.pythonpath,
-                                         env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run([sys.executable, "-m", "t2n.check.manifest_run", spec_path, result_path],
-                           capture_output=True, text=True, timeout=entry.timeout, env=env,
-                           stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return EntryResult(entry.name, "error", time.perf_counter() - t0,
-                           f"timed out after {entry.timeout:.0f} s")
-    seconds = time.perf_counter() - t0
-    log = (p.stderr or "")[-4000:]
-    if p.returncode == 0 and os.path.exists(result_path):
+    # (the entry's own folder: paths in the manifest are resolved against it already)
+    run = run_child("t2n.check.manifest_run", [spec_path, result_path], workdir=None,
+                    timeout=entry.timeout, pythonpath=tuple(entry.pythonpath))
+    log = (run.stderr or "")[-4000:]
+    if run.ok and os.path.exists(result_path):
         with open(result_path) as f:
             r = json.load(f)
-        return EntryResult(entry.name, r["status"], seconds, r["message"], r.get("export"),
+        return EntryResult(entry.name, r["status"], run.seconds, r["message"], r.get("export"),
                            r.get("warnings", []), log)
-    tail = [ln for ln in log.strip().splitlines() if ln.strip()][-3:]
-    how = f"signal {-p.returncode}" if p.returncode < 0 else f"exit code {p.returncode}"
-    return EntryResult(entry.name, "error", seconds,
-                       f"the conversion process crashed ({how}): " + " | ".join(tail), log=log)
+    return EntryResult(entry.name, "error", run.seconds,
+                       f"the conversion process {run.crash_text()}", log=log)
 
 
 # ---------------------------------------------------------------------------- reports

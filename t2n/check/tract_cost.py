@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -62,16 +61,16 @@ def profile_in_child(archive: str, symbols: dict,
                      timeout: float = 600) -> tuple[dict | None, str]:
     """This module's JSON for ``archive`` (symbols bound to ``symbols``), computed in a
     child process; ``(None, tract's last message)`` when tract could not load or run it."""
-    from t2n.check.tract_runner import _child
+    from t2n.check.child import run_child
 
     with tempfile.TemporaryDirectory(prefix="t2n-cost-") as d:
-        cmd, kw = _child([os.path.abspath(str(archive)), json.dumps(symbols)], d,
-                         module="t2n.check.tract_cost")
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                           stdin=subprocess.DEVNULL, **kw)
-    if p.returncode != 0:
-        return None, (p.stderr.strip().splitlines() or ["(no message)"])[-1]
-    return json.loads(p.stdout), ""
+        run = run_child("t2n.check.tract_cost", [os.path.abspath(str(archive)),
+                                                 json.dumps(symbols)], workdir=d, timeout=timeout)
+    if run.returncode is None:
+        return None, f"tract {run.crash_text()}"
+    if not run.ok:
+        return None, (run.stderr.strip().splitlines() or ["(no message)"])[-1]
+    return json.loads(run.stdout), ""
 
 
 if __name__ == "__main__":

@@ -21,25 +21,14 @@ import tempfile
 
 import numpy as np
 
-import t2n
-
-LOAD_OR_RUN_ERROR = 3
+from t2n.check.child import REFUSED as LOAD_OR_RUN_ERROR
+from t2n.check.child import command, run_child, summarise
 
 
 class TractRunError(Exception):
     def __init__(self, message: str, crashed: bool):
         self.crashed = crashed
         super().__init__(message)
-
-
-def _child(args: list[str], workdir: str, module: str = "t2n.check.tract_runner"):
-    """The command and environment of a runner child. It starts in ``workdir`` (a private
-    temporary folder) so that stray modules in the user's current folder cannot shadow
-    numpy or tract, and it finds t2n itself through PYTHONPATH."""
-    env = dict(os.environ, RUST_BACKTRACE="0")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(t2n.__file__)))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    return [sys.executable, "-m", module, *args], dict(env=env, cwd=workdir)
 
 
 def run_in_tract(archive: str, inputs: list[np.ndarray],
@@ -87,19 +76,13 @@ def run_sets_in_child(module: str, engine: str, archive: str, sets: list[list[np
     load, every set run in order (see :func:`run_sets_in_tract`); no set: load only."""
     with tempfile.TemporaryDirectory(prefix="t2n-run-") as d:
         pairs = _write_sets(d, sets)
-        cmd, kw = _child([os.path.abspath(archive), *[p for pair in pairs for p in pair]],
-                         d, module)
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                               stdin=subprocess.DEVNULL, **kw)
-        except subprocess.TimeoutExpired:
-            raise TractRunError(f"{engine} did not finish within {timeout:.0f} s",
-                                crashed=True) from None
-        msg = _summarise(p.stderr)
-        if p.returncode == LOAD_OR_RUN_ERROR:
-            raise TractRunError(msg, crashed=False)
-        return _read_sets(pairs, engine, None if p.returncode == 0 else
-                          f"{engine} crashed (exit code {p.returncode}): {msg}")
+        run = run_child(module, [os.path.abspath(archive), *[p for pair in pairs for p in pair]],
+                        workdir=d, timeout=timeout)
+        if run.returncode is None:
+            raise TractRunError(f"{engine} {run.crash_text()}", crashed=True)
+        if run.refused:
+            raise TractRunError(summarise(run.stderr), crashed=False)
+        return _read_sets(pairs, engine, None if run.ok else f"{engine} {run.crash_text()}")
 
 
 def _write_sets(folder: str, sets) -> list[tuple[str, str]]:
@@ -129,13 +112,6 @@ def _read_sets(pairs, engine: str, crash: str | None) -> list:
     return results
 
 
-def _summarise(stderr: str) -> str:
-    lines = [ln.rstrip() for ln in stderr.strip().splitlines() if ln.strip()]
-    panics = [ln for ln in lines if "panicked at" in ln or "assertion" in ln]
-    keep = panics[:3] if panics else lines[-12:]
-    return " | ".join(keep)[:3000] if keep else "(no message)"
-
-
 class TractWorker:
     """One long-lived tract child serving many runs (test suites, conformance sweeps).
 
@@ -150,7 +126,7 @@ class TractWorker:
 
     def _start(self):
         self._stderr = open(os.path.join(self._dir.name, "stderr.txt"), "w+")
-        cmd, kw = _child(["--serve"], self._dir.name)
+        cmd, kw = command("t2n.check.tract_runner", ["--serve"], self._dir.name)
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=self._stderr, text=True, **kw)
 
@@ -183,7 +159,7 @@ class TractWorker:
         if not line:
             self._proc.wait()
             self._stderr.seek(0)
-            msg = _summarise(self._stderr.read())
+            msg = summarise(self._stderr.read())
             self._stderr.close()
             code = self._proc.returncode
             self._proc = None
