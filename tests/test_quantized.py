@@ -236,7 +236,7 @@ def test_quantize_per_tensor_rounds_as_fbgemm(tmp_path):
     product first differs on about 1 in 400 k values (4 of these 2 M, measured)."""
     import numpy as np
 
-    from t2n.tract_runner import run_in_tract
+    from t2n.check.tract_runner import run_in_tract
 
     class Q(torch.nn.Module):
         def forward(self, x):
@@ -275,7 +275,7 @@ def test_x86_conv_and_linear_integers_equal_pytorch(tmp_path):
     kernels saturate pairs of products to int16, which t2n does not reproduce)."""
     import numpy as np
 
-    from t2n.tract_runner import run_in_tract
+    from t2n.check.tract_runner import run_in_tract
 
     old = torch.backends.quantized.engine
     torch.backends.quantized.engine = "x86"

@@ -22,7 +22,7 @@ import torch
 
 from t2n.walk.builder import Graph, Tensor
 from t2n.errors import ConversionError
-from t2n.capture.trace.torch_export import PREFIX
+from t2n.capture.torch_export import PREFIX
 from t2n.stopwatch import timed
 from t2n.walk.core import POISON, OpCall, Out, WalkerCore
 from t2n.walk.torchscript import _T2N_DIR, _TORCH_DIR, _Unsupported, _is_number, _is_symbolic
