@@ -4,6 +4,7 @@ writer and the builder share these; mapping functions never write NNEF text."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any
@@ -63,6 +64,13 @@ def format_dim(d: Dim) -> str:
     return dim_expr_text(d)
 
 
+@functools.lru_cache(maxsize=4096)
+def _known_nonnegative(expr) -> bool:
+    from t2n.walk.dim_sign import known_nonnegative
+
+    return known_nonnegative(expr)
+
+
 def dim_expr_text(expr) -> str:
     """A sympy expression over tract symbols, spelled the way tract's TDim parser reads it.
 
@@ -91,8 +99,14 @@ def dim_expr_text(expr) -> str:
                 num = sympy.expand(num + int(den) - 1)
             if den == 1:
                 return dim_expr_text(num)
+            k = int(den)
+            if not _known_nonnegative(num):
+                # tract's division truncates toward zero, which is floor division only for
+                # n >= 0; for n of either sign, floor(n/k) = max(n,0)/k - ceil(max(-n,0)/k)
+                n, m = dim_expr_text(num), dim_expr_text(sympy.expand(-num))
+                return f"((max({n},0))/{k}+-1*((max({m},0)+{k - 1})/{k}))"
             # parenthesised whole: tract reads ``2*(H+-1)/2`` as ``(2*(H+-1))/2``
-            return f"(({dim_expr_text(num)})/{int(den)})"
+            return f"(({dim_expr_text(num)})/{k})"
     if isinstance(expr, sympy.Mod) and expr.args[1].is_Integer and int(expr.args[1]) > 0 \
             and expr.args[0].is_nonnegative:
         # a % k = a - k*(a/k): tract has no modulo, and its division truncates, which is
