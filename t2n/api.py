@@ -19,7 +19,7 @@ import torch
 from t2n import dtypes, extensions, passes
 from t2n import streaming as _stream
 from t2n.capture import model_io
-from t2n.capture.strategies import capture_strategy, check_capture
+from t2n.capture.strategies import capture_strategy
 from t2n.capture.trace import load_model
 from t2n.check import constant_outputs
 from t2n.check.compare import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
@@ -27,7 +27,7 @@ from t2n.check.eager import torch_outputs  # noqa: F401  (t2n.api.torch_outputs,
 from t2n.check.verify import check_archive_sets, verify
 from t2n.errors import ConversionError, UsageError
 from t2n.result import ExportResult, TensorInfo
-from t2n.session import ExportSession, open_session
+from t2n.session import open_session
 from t2n.stopwatch import phase, timed_export
 from t2n.walk.builder import Graph, safe_identifier
 
@@ -233,21 +233,10 @@ def export_graph(model, args, *, input_names=None, output_names=None, dynamic_ax
     """The NNEF graph ``export`` would write for these arguments (after the passes).
 
     For tests and tools that inspect the graph (op counts, shapes) without an archive."""
-    from t2n.session import known_options
-    from t2n.walk import compute_dtype
-    from t2n.write.weight_formats import get_format
-
     model = load_model(model)
     binding = model_io.bind(model, args, input_names)
-    unknown = set(options) - known_options()
-    if unknown:
-        raise UsageError(f"unknown export option(s): {', '.join(sorted(unknown))}")
-    check_capture(capture)
-    chosen = compute_dtype.resolve(dtype, model, binding.tensors)
-    session = ExportSession(model=model, args=binding.tensors, capture=capture,
-                            options=dict(options), weights=get_format(weights),
-                            bf16_as=chosen or torch.float32, bf16_rounding=chosen is None,
-                            compute_dtype=chosen, properties=dict(options.get("properties") or {}))
+    session = open_session(model, binding.tensors, None, weights=weights, capture=capture,
+                           dtype=dtype, options=options)
     return _build(session, binding, output_names, dynamic_axes,
                   (streaming, None) if streaming is not None else None).graph
 

@@ -88,13 +88,14 @@ class ExportResult:
         return "\n".join(lines)
 
 
-def _compared(sets) -> list[str]:
+def compared_sets(sets) -> list[str]:
+    """The names of the input sets a check compared (its report's ``input_sets``)."""
     return [s["name"] for s in sets or () if s["compared"]]
 
 
 def _sets_text(sets) -> str:
     """`` (input sets: example, fresh, fresh B=3)``: what a check compared."""
-    names = _compared(sets)
+    names = compared_sets(sets)
     return f" (input sets: {', '.join(names)})" if names else ""
 
 

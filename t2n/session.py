@@ -117,13 +117,13 @@ def open_session(model, args: tuple, f, *, check=False, rtol=DEFAULT_RTOL, atol=
                  dtype=None, options: dict) -> ExportSession:
     """The session of one ``export`` call, every argument checked before the capture (which
     can take minutes on a large model): a wrong choice is a UsageError now, and ``f`` must
-    be a path t2n may write (:mod:`t2n.write.output_paths`)."""
+    be a path t2n may write (:mod:`t2n.write.output_paths`; None: no archive, the graph
+    only, as ``export_graph``)."""
     from t2n.walk import compute_dtype
 
     tgt = get_target(target)
-    if not isinstance(f, (str, os.PathLike)):
+    if f is not None and not isinstance(f, (str, os.PathLike)):
         raise UsageError("f must be a path")
-    f = os.fspath(f)
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
                for v in (rtol, atol)):
         raise UsageError(f"rtol and atol must be numbers >= 0 (got {rtol!r}, {atol!r})")
@@ -145,7 +145,8 @@ def open_session(model, args: tuple, f, *, check=False, rtol=DEFAULT_RTOL, atol=
                          "streaming form or properties: weights=, streaming=, pulse= and "
                          "properties= are tract's")
     chosen = compute_dtype.resolve(dtype, model, args)
-    check_destination(f, options.get("keep_failed"))  # never a user's file
+    if f is not None:
+        check_destination(os.fspath(f), options.get("keep_failed"))  # never a user's file
     return ExportSession(
         model=model, args=tuple(args), capture=capture, options=dict(options), target=tgt,
         weights=fmt, bf16_as=chosen or torch.float32, bf16_rounding=chosen is None,

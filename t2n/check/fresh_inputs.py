@@ -50,11 +50,11 @@ class FreshInputs:
                     self.symbols[name] = int(a.shape[axis])
 
     @classmethod
-    def of_export(cls, args, inputs, options: dict) -> "FreshInputs":
+    def of_export(cls, args, inputs, check) -> "FreshInputs":
         """The fresh sets of an export's check: ``inputs`` are the graph's input handles,
-        ``options`` export's (``int_range``, ``seed``)."""
-        return cls(args, [t.shape for t in inputs], options.get("int_range"),
-                   options.get("seed") or 0, names=[t.name for t in inputs])
+        ``check`` the session's CheckSettings (``int_range``, ``seed``)."""
+        return cls(args, [t.shape for t in inputs], check.int_range, check.seed or 0,
+                   names=[t.name for t in inputs])
 
     def same_shapes(self) -> tuple[str, tuple]:
         """("fresh", new values of the example's shapes)."""

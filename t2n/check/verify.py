@@ -136,11 +136,8 @@ def fresh_sets(session, args, inputs):
     ``fresh_inputs=False``."""
     from t2n.check.fresh_inputs import FreshInputs
 
-    c = session.check
-    if not c.fresh_inputs:
-        return None
-    return FreshInputs(args, [t.shape for t in inputs], c.int_range, c.seed or 0,
-                       names=[t.name for t in inputs])
+    return FreshInputs.of_export(args, inputs, session.check) if session.check.fresh_inputs \
+        else None
 
 
 def quantization_steps(session, out_names, handles) -> dict[str, float]:
@@ -154,7 +151,9 @@ def quantization_steps(session, out_names, handles) -> dict[str, float]:
 def failure_text(result, checker: str) -> str:
     bad = [c for c in result.checks + (result.stream.checks if result.stream else [])
            if not c.ok]
-    compared = [s["name"] for s in result.extras.get("input_sets") or () if s["compared"]]
+    from t2n.result import compared_sets
+
+    compared = compared_sets(result.extras.get("input_sets"))
     return f"{checker}'s outputs differ from PyTorch's:\n" + "\n".join(
         "  " + c.line() for c in bad) + (f"\n  input sets compared: {', '.join(compared)}"
                                          if compared else "")
