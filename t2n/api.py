@@ -66,14 +66,16 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     with phase("lower"):
         session.target.lower(g)
     constant = constant_outputs.undeclared(g, built.output_names, options.get("constant_outputs"))
+    from t2n.write.durable import flushing
     from t2n.write.staging import staged
 
     with staged(f, options.get("keep_failed")) as work:  # moved to f once verified
         size = _write(g, work, options, started)
-        result = _result(f, built, work, size, started)
-        for w in session.warnings:
-            warnings.warn(w, stacklevel=2)
-        verify(work, session, built, result, constant)
+        with flushing(work):  # to disk while the engine loads (and checks) it
+            result = _result(f, built, work, size, started)
+            for w in session.warnings:
+                warnings.warn(w, stacklevel=2)
+            verify(work, session, built, result, constant)
     return result
 
 
@@ -84,7 +86,7 @@ def _write(g, work: str, options: dict, started: float) -> int:
 
     bar = for_export(options.get("progress"), quiet=bool(options.get("quiet")), started=started)
     try:
-        return write(g, work, progress=bar)
+        return write(g, work, progress=bar, flush=False)
     finally:
         if isinstance(bar, Bar):
             bar.close()

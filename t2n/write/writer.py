@@ -22,6 +22,7 @@ from t2n import dtypes
 from t2n.write import output_paths
 from t2n.walk.builder import Graph, Tensor, Variable, format_dim, format_value
 from t2n.errors import UsageError
+from t2n.write.durable import flush_to_disk
 from t2n.write.gzstream import GzipStream
 from t2n.walk.loops import op_line, render_fragments
 from t2n.write.nnef_text import nnef_type
@@ -323,12 +324,14 @@ def _members(g: Graph, graph_text: bytes):
 
 # ---------------------------------------------------------------------------- output kinds
 @timed("write")
-def write(g: Graph, path: str, progress=None) -> int:
+def write(g: Graph, path: str, progress=None, flush: bool = True) -> int:
     """Write the archive atomically in the dialect of the graph's target (its session's);
     returns its size in bytes.
 
     The kind (tar, gzip tar, folder) comes from the name (:func:`output_kind`); what is at
-    ``path`` is replaced only when it is an archive (:mod:`t2n.write.output_paths`)."""
+    ``path`` is replaced only when it is an archive (:mod:`t2n.write.output_paths`).
+    ``flush=False`` leaves flushing it to disk to the caller, who renames it later
+    (:func:`t2n.write.durable.flushing`)."""
     kind = output_paths.check_output(path)
     shown = os.fspath(path)
     path = os.path.abspath(shown)
@@ -344,13 +347,16 @@ def write(g: Graph, path: str, progress=None) -> int:
         if kind == "dir":
             tmp = tempfile.mkdtemp(prefix=f".{base}.", suffix=".partial", dir=parent)
             size = _write_dir(g, graph_text, tmp, progress)
+            if flush:
+                flush_to_disk(tmp)
             move_into_place(tmp, path, kind, shown)
         else:
             fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".partial", dir=parent)
             with os.fdopen(fd, "wb") as f:
                 _write_tar(g, graph_text, f, kind == "tgz", progress)
                 f.flush()
-                os.fsync(f.fileno())
+                if flush:
+                    os.fsync(f.fileno())
             os.chmod(tmp, 0o644 & ~output_paths.umask())
             move_into_place(tmp, path, kind, shown)
             size = os.path.getsize(path)
