@@ -17,15 +17,20 @@ import torch
 
 
 def _declare_torchvision_schemas():
-    try:
-        torch._C._get_schema("torchvision::nms", "")
-        return  # already declared (a torchvision whose extension loads)
-    except RuntimeError:
-        pass
-    lib = torch.library.Library("torchvision", "DEF")
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _declare_torchvision_schemas.library = lib  # keep the registration alive
+    """The development venv's start-up hook (tools/torchvision_schemas.py), run now: the
+    schemas are declared only when torchvision's own extension does not load (a matching
+    torch/torchvision pair, e.g. torch 2.14.1 with torchvision 0.29.1, declares them itself:
+    declaring them first would make its extension abort on the second definition)."""
+    import importlib.machinery
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "tools", "torchvision_schemas.py")
+    spec = importlib.util.spec_from_file_location("t2n_tests_torchvision_schemas", path)
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    found = importlib.machinery.PathFinder.find_spec("torchvision")
+    hook.declare_if_missing(found.submodule_search_locations if found else None)
+    _declare_torchvision_schemas.hook = hook  # its registrations stay alive with it
 
 
 _declare_torchvision_schemas()
