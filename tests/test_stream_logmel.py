@@ -49,6 +49,16 @@ def test_streaming_log_mel_pulses_whole_hops(tmp_path, pulse):
     assert steps >= 19
 
 
+def test_one_dimensional_audio_streams(tmp_path):
+    """Whisper's ``log_mel_spectrogram`` takes ``(n_samples,)`` audio too."""
+    x = torch.randn(3200, generator=torch.Generator().manual_seed(5)) * 0.1
+    r = t2n.export(WhisperLogMel(center=False, max_floor=False).eval(), (x,),
+                   str(tmp_path / "one.nnef.tgz"), input_names=["audio"],
+                   dynamic_axes={"audio": {0: "S"}}, streaming="S", pulse=320, check=True)
+    assert r.passed, r.report()
+    assert r.delay == 2 and r.stream.output_axes == {"output_0": 1}
+
+
 def test_centred_with_constant_padding_streams(tmp_path):
     """``center=True, pad_mode='constant'``: zeros before the stream are a delay."""
     r = stream_export(WhisperLogMel(center=True, pad_mode="constant", max_floor=False),
