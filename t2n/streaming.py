@@ -234,10 +234,11 @@ def _stft_reason(g, spec: Streaming, op) -> str | None:
                 f"(hop_length={hop}) after ops that change the stream's rate in a way "
                 "t2n cannot follow to check the pulse: frame the input stream directly")
     if spec.pulse is not None and spec.pulse % multiple:
-        return (f"it frames the streaming axis {spec.symbol} every {hop} steps "
+        return (f"it frames the streaming axis {spec.symbol} every {hop} of its steps "
                 f"(hop_length={hop}): a chunk must hold whole hops, so the pulse must be "
-                f"a multiple of {multiple} (pulse={spec.pulse} given; a pulsed model emits "
-                "a fixed number of frames per chunk, never a fraction of one)")
+                f"a multiple of {multiple} steps of {spec.symbol} (pulse={spec.pulse} "
+                "given; a pulsed model emits a fixed number of frames per chunk, never a "
+                "fraction of one)")
     return None
 
 

@@ -59,6 +59,35 @@ def test_one_dimensional_audio_streams(tmp_path):
     assert r.delay == 2 and r.stream.output_axes == {"output_0": 1}
 
 
+def test_dynamic_batch_streams(tmp_path):
+    x = torch.randn(2, 3200, generator=torch.Generator().manual_seed(6)) * 0.1
+    r = t2n.export(WhisperLogMel(center=False, max_floor=False).eval(), (x,),
+                   str(tmp_path / "b.nnef.tgz"), input_names=["audio"],
+                   dynamic_axes={"audio": {0: "B", 1: "S"}}, streaming="S", pulse=320,
+                   check=True)
+    assert r.passed, r.report()
+    assert r.delay == 2 and r.stream.output_pulses == {"output_0": 2}
+
+
+class DecimatedLogMel(WhisperLogMel):
+    """Every other sample (32 kHz audio to 16 kHz): the STFT's hop of 160 is 320 samples
+    of the input stream."""
+
+    def forward(self, audio):
+        return super().forward(audio[..., ::2])
+
+
+def test_stft_after_decimation_needs_whole_hops_of_the_input(tmp_path):
+    r = stream_export(DecimatedLogMel(center=False, max_floor=False), audio(6400),
+                      tmp_path / "dec.nnef.tgz", 640)
+    assert r.delay == 2 and r.stream.output_pulses == {"output_0": 2}
+    with pytest.raises(ConversionError) as e:
+        t2n.export(DecimatedLogMel(center=False, max_floor=False).eval(), (audio(6400),),
+                   str(tmp_path / "dec160.nnef.tgz"), input_names=["audio"],
+                   dynamic_axes={"audio": {1: "S"}}, streaming="S", pulse=160)
+    assert e.value.op == "aten::stft" and "multiple of 320 steps of S" in str(e.value)
+
+
 def test_centred_with_constant_padding_streams(tmp_path):
     """``center=True, pad_mode='constant'``: zeros before the stream are a delay."""
     r = stream_export(WhisperLogMel(center=True, pad_mode="constant", max_floor=False),
