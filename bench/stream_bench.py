@@ -1,10 +1,11 @@
 """Streaming in tract: the keyword-spotting fixture (tests/fixtures/kws.py) pulsed at two chunk
-sizes, through t2n's archive and through the torch.onnx route (tract's ONNX loader, same
+sizes (``--logmel``: Whisper's log-mel front end as it streams, tests/fixtures/logmel.py,
+over raw samples, pulses 160,320 by default), through t2n's archive and through the torch.onnx route (tract's ONNX loader, same
 ``Pulse`` transform). Per route and pulse: ops in the exported graph, nodes of tract's
 pulsed and optimised model, the delay, and the run time of one chunk through one state
 (median and best over repeats, each the mean of many chunks; a warm-up first).
 
-    python -m bench.stream_bench [--pulses 8,16] [--chunks 400] [--repeats 7] [--gru]
+    python -m bench.stream_bench [--pulses 8,16] [--chunks 400] [--repeats 7] [--gru|--logmel]
 
 Every tract measurement runs in a fresh child process. Timings depend on the machine's load
 (printed); compare the routes within one run.
@@ -24,15 +25,24 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _model(gru: bool):
+def _model(gru: bool, logmel: bool = False):
+    """(model, example input, its streaming axis, a one-line description)."""
     import torch
 
     sys.path.insert(0, ROOT)
-    from tests.fixtures import kws
+    from tests.fixtures import kws, logmel as lm
 
     torch.manual_seed(0)
+    if logmel:
+        x = torch.randn(1, 3200, generator=torch.Generator().manual_seed(0)) * 0.1
+        return (lm.streaming_whisper().eval(), x, 1,
+                "Whisper log-mel (n_fft 400, hop 160, 80 mels, center=False, no floor), "
+                "input 1xS samples")
     model = kws.make_kws(gru=True) if gru else kws.make_kws()
-    return model, kws.example_input(64)
+    params = sum(p.numel() for p in model.parameters())
+    return (model, kws.example_input(64), 3,
+            f"KWS fixture{' (conv + GRU)' if gru else ''}, input 1x1x16xS, {params:,} "
+            "parameters")
 
 
 def _child(job: dict) -> dict:
@@ -76,10 +86,12 @@ def _run_child(job: dict) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pulses", default="8,16", help="chunk sizes (time steps), comma-separated")
+    ap.add_argument("--pulses", help="chunk sizes (time steps), comma-separated (default "
+                    "8,16; 160,320 with --logmel)")
     ap.add_argument("--chunks", type=int, default=400, help="chunks per timed repeat")
     ap.add_argument("--repeats", type=int, default=7, help="timed repeats (median taken)")
     ap.add_argument("--gru", action="store_true", help="the conv + GRU variant of the model")
+    ap.add_argument("--logmel", action="store_true", help="Whisper's log-mel front end")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
     if opts.child:
@@ -92,8 +104,9 @@ def main(argv=None) -> int:
 
     import t2n
 
-    pulses = [int(p) for p in opts.pulses.split(",")]
-    model, x = _model(opts.gru)
+    pulses = [int(p) for p in (opts.pulses or ("160,320" if opts.logmel else "8,16"))
+              .split(",")]
+    model, x, axis, label = _model(opts.gru, opts.logmel)
     rows = []
     with tempfile.TemporaryDirectory(prefix="t2n-stream-bench-") as d:
         onnx_path = os.path.join(d, "kws.onnx")
@@ -102,7 +115,7 @@ def main(argv=None) -> int:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 torch.onnx.export(model, (x,), onnx_path, input_names=["x"],
-                                  dynamic_axes={"x": {3: "S"}}, dynamo=False)
+                                  dynamic_axes={"x": {axis: "S"}}, dynamo=False)
             import onnx
 
             onnx_ops = len(onnx.load(onnx_path).graph.node)
@@ -114,7 +127,7 @@ def main(argv=None) -> int:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 r = t2n.export(model, (x,), path, input_names=["x"],
-                               dynamic_axes={"x": {3: "S"}}, streaming="S", pulse=pulse,
+                               dynamic_axes={"x": {axis: "S"}}, streaming="S", pulse=pulse,
                                check=True, quiet=True)
             job = {"format": "nnef", "path": path, "pulse": pulse, "chunks": opts.chunks,
                    "repeats": opts.repeats}
@@ -127,9 +140,7 @@ def main(argv=None) -> int:
                 rows.append(("torch.onnx", pulse, "-", "-", {"error": onnx_error}))
 
     load = os.getloadavg()[0]
-    print(f"KWS fixture{' (conv + GRU)' if opts.gru else ''}, input 1x1x16xS, "
-          f"{sum(p.numel() for p in model.parameters()):,} parameters; "
-          f"load average {load:.1f} on {os.cpu_count()} cores")
+    print(f"{label}; load average {load:.1f} on {os.cpu_count()} cores")
     head = ("route", "pulse", "graph ops", "pulsed check", "tract nodes", "delay",
             "us/chunk", "best", "us/frame")
     table = [head]

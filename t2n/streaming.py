@@ -133,7 +133,8 @@ def default_pulse(length: int, multiple_of: int = 1) -> int:
         if length % d == 0 and d >= min(DEFAULT_PULSE_AT_LEAST, length) \
                 and d % multiple_of == 0:
             return d
-    return max(length, multiple_of)
+    # no divisor fits: the check zero-pads the example to whole chunks anyway
+    return multiple_of * math.ceil(min(DEFAULT_PULSE_AT_LEAST, length) / multiple_of)
 
 
 # ---------------------------------------------------------------------------- export-time refusals
@@ -145,7 +146,9 @@ def refusals(g, spec: Streaming) -> None:
     chunks are not the whole stream's layout. It also pulses a scan that walks the stream
     backwards (a reverse-direction RNN) chunk by chunk, and a product of the stream with
     itself (S x S attention scores) as a product of each chunk with itself, and a slice
-    whose start counts from the end of the stream (``x[..., -8:]``). All are refused here."""
+    whose start counts from the end of the stream (``x[..., -8:]``), and an STFT whose chunk
+    splits a hop. All are refused here, as is a reflect padding of the stream (tract
+    refuses it, with a message that does not say what to do)."""
     for op in g.live_ops():
         square = next((o for o in op.outputs
                        if sum(spec.carries(d) for d in o.shape) >= 2), None)
@@ -155,7 +158,11 @@ def refusals(g, spec: Streaming) -> None:
                            "step, like attention scores over the whole stream), which no "
                            "chunk can hold; attend over a bounded window of past steps "
                            "built from shifted copies instead")
-        if op.kind == "reshape":
+        if op.kind == "tract_core_stft":
+            reason = _stft_reason(g, spec, op)
+        elif op.kind == "pad" and op.attrs.get("border") == "reflect":
+            reason = _reflect_reason(g, spec, op)
+        elif op.kind == "reshape":
             x, y = op.args[0], op.outputs[0]
             reason = _reshape_reason(spec, x.shape, y.shape)
         elif op.kind == "slice":
@@ -166,6 +173,73 @@ def refusals(g, spec: Streaming) -> None:
             continue
         if reason:
             raise _refusal(op, reason)
+
+
+def _reflect_reason(g, spec: Streaming, op) -> str | None:
+    """A reflect border on the streaming axis: its start mirrors steps after the stream's
+    first (a delay could wait for them) but its end mirrors the steps before the stream's
+    end, which a stream never reaches; tract 0.23.9 pulses neither. ``torch.stft`` pads
+    this way by default (``center=True``), hence the hint."""
+    x = op.args[0]
+    for axis, (b, e) in enumerate(op.attrs.get("padding") or []):
+        if (b or e) and g.streams(x, axis):
+            return (f"its reflect padding of the streaming axis {spec.symbol} mirrors the "
+                    "steps after the stream's start and before its end, and a stream has "
+                    "no end. torch.stft(center=True) pads this way by default "
+                    "(pad_mode='reflect'): pass center=False (to reproduce center=True's "
+                    "frames, start the stream with its first n_fft // 2 samples mirrored, "
+                    "x[1:n_fft // 2 + 1].flip(-1)), or pad_mode='constant'")
+    return None
+
+
+def _stream_rate(spec: Streaming, dim):
+    """Steps of ``dim`` per step of the stream, as a fraction (``S + 400`` -> 1,
+    ``floor((S - 3) / 2) + 1`` -> 1/2), or None when ``dim`` does not grow linearly in S."""
+    import sympy
+    from fractions import Fraction
+
+    expr = sympy.sympify(dim).replace(sympy.floor, lambda e: e).replace(sympy.ceiling,
+                                                                          lambda e: e)
+    sym = next(s for s in expr.free_symbols if s.name == spec.symbol)
+    rate = sympy.diff(expr, sym)
+    return Fraction(str(rate)) if rate.is_Rational and rate > 0 else None
+
+
+def stft_multiples(g, spec: Streaming) -> list[tuple[object, int | None]]:
+    """(op, multiple) for each STFT framing the stream: the pulse must be a multiple of
+    ``multiple`` so that every chunk holds whole hops (None: the rate of the stream at the
+    STFT is not a constant fraction of the input's). tract 0.23.9 pulses an STFT whose
+    chunk is not a whole number of hops without an error, into a garbage frame count
+    (pulse 100, hop 160) or wrong frames (pulse 400, hop 160: 2 frames per chunk, not
+    2.5): t2n refuses such a pulse at export and picks a default pulse that fits."""
+    return [(op, _stft_multiple(g, spec, op)) for op in g.live_ops()
+            if op.kind == "tract_core_stft" and g.streams(op.args[0], op.attrs["axis"])]
+
+
+def _stft_multiple(g, spec: Streaming, op) -> int | None:
+    x, hop = op.args[0], op.attrs["stride"]
+    rate = _stream_rate(spec, x.shape[op.attrs["axis"]])
+    # the STFT sees pulse * rate samples per chunk: a multiple of hop
+    return None if rate is None else hop * rate.denominator // math.gcd(hop, rate.numerator)
+
+
+def _stft_reason(g, spec: Streaming, op) -> str | None:
+    """A pulse (the given one; a defaulted one is chosen to fit) that splits a hop."""
+    x, hop = op.args[0], op.attrs["stride"]
+    if not g.streams(x, op.attrs["axis"]):
+        return None
+    multiple = _stft_multiple(g, spec, op)
+    if multiple is None:
+        return (f"it frames the streaming axis {spec.symbol} every {hop} steps "
+                f"(hop_length={hop}) after ops that change the stream's rate in a way "
+                "t2n cannot follow to check the pulse: frame the input stream directly")
+    if spec.pulse is not None and spec.pulse % multiple:
+        return (f"it frames the streaming axis {spec.symbol} every {hop} of its steps "
+                f"(hop_length={hop}): a chunk must hold whole hops, so the pulse must be "
+                f"a multiple of {multiple} steps of {spec.symbol} (pulse={spec.pulse} "
+                "given; a pulsed model emits a fixed number of frames per chunk, never a "
+                "fraction of one)")
+    return None
 
 
 def _reshape_reason(spec: Streaming, src, dst) -> str | None:
@@ -360,14 +434,14 @@ def pulse_and_check(path: str, g, spec: Streaming, *, model=None, args=None,
     line) and the archive removed: it is not the streaming archive asked for."""
     lengths = [int(a.shape[ax]) for a, ax in zip(args, axes) if ax >= 0]
     length = lengths[0]
-    pulse = spec.pulse or default_pulse(length)
+    multiple = math.lcm(1, *(m for _, m in stft_multiples(g, spec) if m))
+    pulse = spec.pulse or default_pulse(length, multiple)
     with tempfile.TemporaryDirectory(prefix="t2n-pulse-") as d:
         request = {"archive": os.path.abspath(path), "symbol": spec.symbol, "pulse": pulse,
                    "inputs": None, "stream_axes": axes}
         if check:
             request["inputs"] = os.path.join(d, "inputs.npz")
             np.savez(request["inputs"], *[a.detach().numpy() for a in args])
-        multiple = 1
         for _ in range(6):  # a defaulted pulse follows the strides tract asks for
             request["pulse"] = pulse
             res = _child(request, d, timeout)
