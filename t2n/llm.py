@@ -31,6 +31,7 @@ import torch
 from t2n.errors import CheckFailedError, ModelLoadError, T2NError, TractError, UsageError
 from t2n.capture.model_mode import eval_mode
 from t2n.llm_experts import dense_experts_view, own_experts
+from t2n.llm_lora import merged_lora_view
 from t2n.write.staging import check_destination, staged
 
 DEFAULT_NEW_TOKENS = 16
@@ -68,6 +69,7 @@ class LLMExportResult:
     vocab_size: int
     weights: str
     dense_experts: int = 0  # experts modules exported in the dense form (t2n.llm_experts)
+    merged_lora: int = 0  # peft LoRA layers merged into their base weights (t2n.llm_lora)
     prompt: list[int] | None = None
     reference_tokens: list[int] | None = None
     tract_tokens: list[int] | None = None
@@ -94,6 +96,9 @@ class LLMExportResult:
                          f"H={h} D={d}" for h, d in values) + ")")
                      + (f", sliding window {', '.join(map(str, windows))}" if windows else "")
                      + f", vocabulary {self.vocab_size}, weights {self.weights}")
+        if self.merged_lora:
+            lines.append(f"  LoRA: {self.merged_lora} adapted layers merged into their base "
+                         "weights (copies; the model is unchanged)")
         if self.dense_experts:
             lines.append(f"  mixture of experts: {self.dense_experts} experts layers computed "
                          "densely (every expert, weighted by the routing: E/k times the "
@@ -124,6 +129,7 @@ class LLMExportResult:
         """The language-model part of the result as plain JSON data."""
         return {"layers": [dict(c.__dict__) for c in self.layers], "vocab_size": self.vocab_size,
                 "weights": self.weights, "dense_experts": self.dense_experts,
+                "merged_lora": self.merged_lora,
                 "prompt": self.prompt,
                 "reference_tokens": self.reference_tokens, "tract_tokens": self.tract_tokens,
                 "passed": self.passed, "generation": self.generation}
@@ -402,6 +408,9 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     model = load_causal_lm(model)
     if not isinstance(model, torch.nn.Module):
         raise ModelLoadError(f"MODEL gave a {type(model).__name__}, not an nn.Module")
+    # a peft model: its base model with the LoRA adapters merged into copies of the weights
+    # (t2n.llm_lora); the check's f32 reference stays the user's model
+    user_model, (model, n_lora) = model, merged_lora_view(model)
     layers = cache_layout(model)
     _refuse_what_the_trace_cannot_follow(model)
     vocab = _vocab_size(model)
@@ -432,16 +441,16 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
         result.path = f  # where it will be; its tokens are generated from work
         # transformers compares sizes in Python per layer (q_length > 1, ...): one line each
         result.warnings = list(dict.fromkeys(result.warnings))
-        res = LLMExportResult(result, layers, vocab, weights, n_experts)
+        res = LLMExportResult(result, layers, vocab, weights, n_experts, n_lora)
         if check:
             res.prompt = prompt or default_prompt(vocab)
             if weights == "f32":
-                res.reference_tokens = reference_tokens(model, res.prompt, max_new_tokens)
+                res.reference_tokens = reference_tokens(user_model, res.prompt, max_new_tokens)
             else:  # the reference computes with the weights the archive stores
                 rounded = own_experts(result.rounded_model().model)
                 res.reference_tokens = reference_tokens(rounded, res.prompt, max_new_tokens)
                 del rounded
-                res.generation["original_tokens"] = reference_tokens(model, res.prompt,
+                res.generation["original_tokens"] = reference_tokens(user_model, res.prompt,
                                                                      max_new_tokens)
             res.generation.update(generate_in_tract(work, res.prompt, max_new_tokens,
                                                     timeout=timeout))
@@ -473,9 +482,12 @@ def reference_tokens(model, prompt: list[int], n: int) -> list[int]:
     ids = torch.tensor([prompt], dtype=torch.long)
     # generate() fills what a given config leaves unset from model.generation_config (its
     # stop tokens, repetition penalty, ...): swap in a plain one for the call
-    saved = getattr(model, "generation_config", None)
+    # a peft model generates through its base model, which reads the generation config
+    holder = model.get_base_model() if callable(getattr(model, "get_base_model", None)) \
+        else model
+    saved = getattr(holder, "generation_config", None)
     try:
-        model.generation_config = transformers.GenerationConfig()
+        holder.generation_config = transformers.GenerationConfig()
         with eval_mode(model), torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                  do_sample=False, num_beams=1, max_new_tokens=n,
@@ -486,7 +498,7 @@ def reference_tokens(model, prompt: list[int], n: int) -> list[int]:
         raise UsageError(f"transformers' generate failed on {type(model).__name__}: "
                          f"{type(e).__name__}: {str(e).strip().splitlines()[0]}") from None
     finally:
-        model.generation_config = saved
+        holder.generation_config = saved
     if out.shape[1] != len(prompt) + n:
         raise UsageError(f"transformers' generate stopped after {out.shape[1] - len(prompt)} "
                          f"of {n} tokens")
