@@ -87,16 +87,49 @@ def test_moe_family_generates_like_transformers(family, weights, tmp_path):
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
-def test_dense_experts_compute_transformers_experts():
-    """The dense form against transformers' grouped experts on one layer, routing with ties
-    to nothing: every token's top-2 of 4 experts, weights from the model's own router."""
-    model = _model("gpt_oss")
-    block = model.model.layers[0].mlp
-    x = torch.randn(7, 32)
+def _experts_modules():
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+    from transformers.models.mixtral.modeling_mixtral import MixtralExperts
+    from transformers.models.muse_spark.modeling_muse_spark import MuseSparkExperts
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHExperts
+
+    return {  # every layout use_experts_implementation declares
+        "gated": lambda: MixtralExperts(T.MixtralConfig(
+            hidden_size=32, intermediate_size=48, num_local_experts=4)),
+        "transposed_biased": lambda: GptOssExperts(T.GptOssConfig(
+            hidden_size=32, intermediate_size=48, num_local_experts=4)),
+        "post_expert_norm": lambda: MuseSparkExperts(T.MuseSparkTextConfig(
+            hidden_size=32, num_attention_heads=4, num_key_value_heads=2, moe_hidden_size=32,
+            moe_intermediate_size=48, num_local_experts=4)),
+        "ungated": lambda: NemotronHExperts(T.NemotronHConfig(
+            hidden_size=32, moe_intermediate_size=48, n_routed_experts=4)),
+    }
+
+
+@pytest.mark.parametrize("layout", ["gated", "transposed_biased", "post_expert_norm", "ungated"])
+def test_dense_experts_compute_transformers_experts(layout):
+    """The dense form against the experts module's own forward (transformers' loop over the
+    experts hit), each token routed to 2 of 4 experts with random weights; an expert whose
+    activations overflow changes nothing where no token uses it."""
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        experts = _experts_modules()[layout]()
     with torch.no_grad():
-        _, weights, index = block.router(x)
-        want = block.experts(x, index, weights)
-        got = dense_experts_forward(block.experts, x, index, weights)
+        for p in experts.parameters():
+            p.normal_(0, 0.3)
+    x = torch.randn(7, 32)
+    index = torch.stack([torch.randperm(4)[:2] for _ in range(7)])
+    weights = torch.rand(7, 2)
+    with torch.no_grad():
+        want = experts(x, index, weights)
+        got = dense_experts_forward(experts, x, index, weights)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        index = torch.where(index == 3, (index.flip(1) + 1) % 3, index)  # expert 3 unused
+        want = experts(x, index, weights)
+        up = experts.gate_up_proj if hasattr(experts, "gate_up_proj") else experts.up_proj
+        up[3] = 1e30  # its activations overflow to inf / NaN
+        got = dense_experts_forward(experts, x, index, weights)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
