@@ -62,6 +62,28 @@ def test_lora_merged_at_export_generates_like_the_peft_model(weights, tmp_path):
     assert not [f for f in files if "lora" in f]
 
 
+def test_lora_on_conv1d_and_embedding(tmp_path):
+    """GPT-2: LoRA on its Conv1D projections (fan_in_fan_out) and on the token embedding,
+    rsLoRA scaling: peft's own deltas, merged, generate the PeftModel's tokens."""
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=128, n_embd=32, n_layer=2, n_head=4,
+                                              n_positions=128, initializer_range=0.3))
+        model = peft.get_peft_model(base, peft.LoraConfig(
+            r=4, lora_alpha=8, target_modules=["c_attn", "wte"], fan_in_fan_out=True,
+            use_rslora=True))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                p.normal_(0, 0.5)
+    model.eval()
+    res = llm.export_llm(model, tmp_path / "m.nnef.tar", check=True, quiet=True)
+    assert res.passed and res.merged_lora == 3
+    with model.disable_adapter():
+        assert llm.reference_tokens(model, llm.default_prompt(128), 16) != res.tract_tokens
+
+
 def test_lora_variants_are_refused(tmp_path):
     with pytest.raises(UsageError, match="LoRA variant DoraLinearVariant"):
         llm.export_llm(_peft_model(use_dora=True), tmp_path / "m.nnef.tar", quiet=True)
