@@ -36,8 +36,10 @@ def _tuner_layer_class():
 
 
 def is_peft_model(model) -> bool:
-    return _tuner_layer_class() is not None and callable(getattr(model, "get_base_model", None)) \
-        and any(isinstance(m, _tuner_layer_class()) for m in model.modules())
+    """A PeftModel, or a model peft injected adapter layers into (``get_peft_model`` adapts
+    the base model in place and returns a wrapper: either may be given)."""
+    tuner = _tuner_layer_class()
+    return tuner is not None and any(isinstance(m, tuner) for m in model.modules())
 
 
 def _adapters(layer) -> tuple[list[str], int]:
@@ -91,12 +93,13 @@ def _merged_layer(layer, model_name: str) -> torch.nn.Module:
 
 
 def merged_lora_view(model) -> tuple[torch.nn.Module, int]:
-    """``(base, n)``: for a peft model, a view of its base model with the ``n`` adapted
-    layers merged into copies of their base layers; any other model: ``(model, 0)``."""
+    """``(base, n)``: for a peft model (or a model holding peft layers), a view of its base
+    model with the ``n`` adapted layers merged into copies of their base layers; any other
+    model: ``(model, 0)``."""
     if not is_peft_model(model):
         return model, 0
     tuner = _tuner_layer_class()
-    base = model.get_base_model()
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
     name = type(base).__name__
     layers = [m for m in base.modules() if isinstance(m, tuner)]
     view = module_view(base, lambda m: _merged_layer(m, name) if isinstance(m, tuner)

@@ -78,7 +78,8 @@ def test_lora_on_conv1d_and_embedding(tmp_path):
             if "lora_" in name:
                 p.normal_(0, 0.5)
     model.eval()
-    res = llm.export_llm(model, tmp_path / "m.nnef.tar", check=True, quiet=True)
+    # the base model peft adapted in place, given instead of the PeftModel: merged as well
+    res = llm.export_llm(base, tmp_path / "m.nnef.tar", check=True, quiet=True)
     assert res.passed and res.merged_lora == 3
     with model.disable_adapter():
         assert llm.reference_tokens(model, llm.default_prompt(128), 16) != res.tract_tokens
