@@ -30,6 +30,8 @@ import torch
 
 from t2n.errors import CheckFailedError, ModelLoadError, T2NError, TractError, UsageError
 from t2n.capture.model_mode import eval_mode
+from t2n.llm_experts import dense_experts_view, own_experts
+from t2n.llm_lora import merged_lora_view
 from t2n.write.staging import check_destination, staged
 
 DEFAULT_NEW_TOKENS = 16
@@ -41,11 +43,20 @@ _EXAMPLE_S, _EXAMPLE_P = 3, 2
 
 @dataclass
 class CacheLayer:
-    """One decoder layer's cache: ``[1, heads, P, head_dim]`` keys and values."""
+    """One decoder layer's cache: ``[1, heads, P, head_dim]`` keys and
+    ``[1, value_heads, P, value_head_dim]`` values (the same sizes but in multi-head latent
+    attention, DeepSeek's, whose "keys" are the compressed latents and "values" the rotary
+    part of the keys)."""
 
     heads: int
     head_dim: int
     sliding_window: int  # 0: the layer attends to the whole past
+    value_heads: int = 0  # 0: as the keys
+    value_head_dim: int = 0
+
+    def __post_init__(self):
+        self.value_heads = self.value_heads or self.heads
+        self.value_head_dim = self.value_head_dim or self.head_dim
 
 
 @dataclass
@@ -57,6 +68,8 @@ class LLMExportResult:
     layers: list[CacheLayer]
     vocab_size: int
     weights: str
+    dense_experts: int = 0  # experts modules exported in the dense form (t2n.llm_experts)
+    merged_lora: int = 0  # peft LoRA layers merged into their base weights (t2n.llm_lora)
     prompt: list[int] | None = None
     reference_tokens: list[int] | None = None
     tract_tokens: list[int] | None = None
@@ -75,11 +88,21 @@ class LLMExportResult:
     def report(self) -> str:
         lines = self.export.report().splitlines()
         heads = sorted({(c.heads, c.head_dim) for c in self.layers})
+        values = sorted({(c.value_heads, c.value_head_dim) for c in self.layers} - set(heads))
         windows = sorted({c.sliding_window for c in self.layers if c.sliding_window})
         lines.append(f"  language model: {len(self.layers)} layers, cache [1, H_kv, P, D] with "
                      + ", ".join(f"H_kv={h} D={d}" for h, d in heads)
+                     + ("" if not values else " (values: " + ", ".join(
+                         f"H={h} D={d}" for h, d in values) + ")")
                      + (f", sliding window {', '.join(map(str, windows))}" if windows else "")
                      + f", vocabulary {self.vocab_size}, weights {self.weights}")
+        if self.merged_lora:
+            lines.append(f"  LoRA: {self.merged_lora} adapted layers merged into their base "
+                         "weights (copies; the model is unchanged)")
+        if self.dense_experts:
+            lines.append(f"  mixture of experts: {self.dense_experts} experts layers computed "
+                         "densely (every expert, weighted by the routing: E/k times the "
+                         "active products)")
         if self.reference_tokens is not None:
             g = self.generation
             lines.append(f"  generation check ({len(self.reference_tokens)} new tokens, greedy, "
@@ -105,7 +128,9 @@ class LLMExportResult:
     def llm_dict(self) -> dict:
         """The language-model part of the result as plain JSON data."""
         return {"layers": [dict(c.__dict__) for c in self.layers], "vocab_size": self.vocab_size,
-                "weights": self.weights, "prompt": self.prompt,
+                "weights": self.weights, "dense_experts": self.dense_experts,
+                "merged_lora": self.merged_lora,
+                "prompt": self.prompt,
                 "reference_tokens": self.reference_tokens, "tract_tokens": self.tract_tokens,
                 "passed": self.passed, "generation": self.generation}
 
@@ -250,12 +275,14 @@ def cache_layout(model) -> list[CacheLayer]:
                              f"{type(layer).__name__} cache; t2n llm supports attention "
                              "key/value caches only")
         k, v = layer.keys, layer.values
-        if k.dim() != 4 or k.shape != v.shape or k.shape[0] != 1 or k.shape[2] != 1:
+        if k.dim() != 4 or v.dim() != 4 or k.shape[:1] != (1,) or v.shape[:1] != (1,) \
+                or k.shape[2] != 1 or v.shape[2] != 1:
             raise UsageError(f"layer {i} of {type(model).__name__} caches keys of shape "
                              f"{list(k.shape)} and values of {list(v.shape)}; t2n llm needs "
                              "[batch, heads, positions, head_dim] for both")
         window = getattr(layer, "sliding_window", 0) if layer.is_sliding else 0
-        layers.append(CacheLayer(int(k.shape[1]), int(k.shape[3]), int(window or 0)))
+        layers.append(CacheLayer(int(k.shape[1]), int(k.shape[3]), int(window or 0),
+                                 int(v.shape[1]), int(v.shape[3])))
     if not layers:
         raise UsageError(f"{type(model).__name__} has no attention layers with a cache")
     return layers
@@ -312,6 +339,8 @@ def _properties(model, layers, vocab: int, weights: str, all_logits: bool) -> di
         "t2n.llm.layers": len(layers),
         "t2n.llm.kv_heads": [c.heads for c in layers],
         "t2n.llm.head_dim": [c.head_dim for c in layers],
+        "t2n.llm.value_heads": [c.value_heads for c in layers],
+        "t2n.llm.value_head_dim": [c.value_head_dim for c in layers],
         "t2n.llm.sliding_window": [c.sliding_window for c in layers],
         "t2n.llm.vocab_size": vocab,
         "t2n.llm.inputs": ins,
@@ -340,8 +369,8 @@ def _example(layers, vocab: int):
     ids = torch.randint(0, vocab, (1, _EXAMPLE_S), generator=g)
     past = []
     for c in layers:
-        for _ in range(2):
-            past.append(torch.randn(1, c.heads, _EXAMPLE_P, c.head_dim, generator=g))
+        past.append(torch.randn(1, c.heads, _EXAMPLE_P, c.head_dim, generator=g))
+        past.append(torch.randn(1, c.value_heads, _EXAMPLE_P, c.value_head_dim, generator=g))
     return (ids, *past)
 
 
@@ -379,6 +408,9 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     model = load_causal_lm(model)
     if not isinstance(model, torch.nn.Module):
         raise ModelLoadError(f"MODEL gave a {type(model).__name__}, not an nn.Module")
+    # a peft model: its base model with the LoRA adapters merged into copies of the weights
+    # (t2n.llm_lora); the check's f32 reference stays the user's model
+    user_model, (model, n_lora) = model, merged_lora_view(model)
     layers = cache_layout(model)
     _refuse_what_the_trace_cannot_follow(model)
     vocab = _vocab_size(model)
@@ -395,8 +427,10 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     dyn = {"input_ids": {1: "S"}}
     dyn.update({n: {2: ("P", 0)} for n in ins[1:]})  # the prompt runs with P = 0
     # the archive reaches f only when the token check passes (t2n.write.staging)
+    # experts as dense products, on a view of the model (t2n.llm_experts); model unchanged
+    traced, n_experts = dense_experts_view(model)
     with staged(f, keep_failed) as work:
-        step = CausalLMStep(model, len(layers), all_logits=all_logits)
+        step = CausalLMStep(traced, len(layers), all_logits=all_logits)
         with warnings.catch_warnings():
             # transformers' notices about its own API (deprecated attributes read while tracing)
             warnings.simplefilter("ignore", FutureWarning)
@@ -407,16 +441,16 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
         result.path = f  # where it will be; its tokens are generated from work
         # transformers compares sizes in Python per layer (q_length > 1, ...): one line each
         result.warnings = list(dict.fromkeys(result.warnings))
-        res = LLMExportResult(result, layers, vocab, weights)
+        res = LLMExportResult(result, layers, vocab, weights, n_experts, n_lora)
         if check:
             res.prompt = prompt or default_prompt(vocab)
             if weights == "f32":
-                res.reference_tokens = reference_tokens(model, res.prompt, max_new_tokens)
+                res.reference_tokens = reference_tokens(user_model, res.prompt, max_new_tokens)
             else:  # the reference computes with the weights the archive stores
-                rounded = result.rounded_model().model
+                rounded = own_experts(result.rounded_model().model)
                 res.reference_tokens = reference_tokens(rounded, res.prompt, max_new_tokens)
                 del rounded
-                res.generation["original_tokens"] = reference_tokens(model, res.prompt,
+                res.generation["original_tokens"] = reference_tokens(user_model, res.prompt,
                                                                      max_new_tokens)
             res.generation.update(generate_in_tract(work, res.prompt, max_new_tokens,
                                                     timeout=timeout))
@@ -448,9 +482,12 @@ def reference_tokens(model, prompt: list[int], n: int) -> list[int]:
     ids = torch.tensor([prompt], dtype=torch.long)
     # generate() fills what a given config leaves unset from model.generation_config (its
     # stop tokens, repetition penalty, ...): swap in a plain one for the call
-    saved = getattr(model, "generation_config", None)
+    # a peft model generates through its base model, which reads the generation config
+    holder = model.get_base_model() if callable(getattr(model, "get_base_model", None)) \
+        else model
+    saved = getattr(holder, "generation_config", None)
     try:
-        model.generation_config = transformers.GenerationConfig()
+        holder.generation_config = transformers.GenerationConfig()
         with eval_mode(model), torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                  do_sample=False, num_beams=1, max_new_tokens=n,
@@ -461,7 +498,7 @@ def reference_tokens(model, prompt: list[int], n: int) -> list[int]:
         raise UsageError(f"transformers' generate failed on {type(model).__name__}: "
                          f"{type(e).__name__}: {str(e).strip().splitlines()[0]}") from None
     finally:
-        model.generation_config = saved
+        holder.generation_config = saved
     if out.shape[1] != len(prompt) + n:
         raise UsageError(f"transformers' generate stopped after {out.shape[1] - len(prompt)} "
                          f"of {n} tokens")

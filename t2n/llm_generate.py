@@ -52,8 +52,12 @@ def _dumped_strings(text: str):
 def empty_cache(layout: dict) -> list[np.ndarray]:
     """The past tensors of the first step (P = 0), in input order."""
     past = []
-    for h, d in zip(layout["kv_heads"], layout["head_dim"]):
-        past += [np.zeros((1, h, 0, d), np.float32), np.zeros((1, h, 0, d), np.float32)]
+    keys = zip(layout["kv_heads"], layout["head_dim"])
+    # archives before the value sizes were written: values sized as keys
+    values = zip(layout.get("value_heads", layout["kv_heads"]),
+                 layout.get("value_head_dim", layout["head_dim"]))
+    for (h, d), (hv, dv) in zip(keys, values):
+        past += [np.zeros((1, h, 0, d), np.float32), np.zeros((1, hv, 0, dv), np.float32)]
     return past
 
 
