@@ -98,10 +98,12 @@ def _result(f: str, built, work: str, size: int, started: float) -> ExportResult
     g, session = built.graph, built.graph.session
     result = ExportResult(
         path=f,
+        # the archive's own IO: a pass may take some away (t2n.passes.stateful_cache)
         inputs=[TensorInfo(t.name, list(t.shape), dtypes.tract_name(t.dtype))
-                for t in built.inputs],
+                for t in built.inputs if t.name in {i.name for i in g.inputs}],
         outputs=[TensorInfo(n, list(t.shape), dtypes.tract_name(t.dtype))
-                 for n, t in zip(built.output_names, built.outputs)],
+                 for n, t in zip(built.output_names, built.outputs)
+                 if n in set(g.output_names)],
         op_histogram=archive_ops(work), archive_bytes=size,  # t2n inspect's count
         export_seconds=time.perf_counter() - started,
         warnings=list(session.warnings) + [f"tracer: {w.splitlines()[0]}"

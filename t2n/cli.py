@@ -402,18 +402,24 @@ def inspect_cmd(archive, assignments, no_macs, as_json):
 @click.option("--all-logits", "all_logits", is_flag=True,
               help="Return the logits of every position [1, S, V] (for scoring a text); "
                    "by default only the last position's [1, 1, V], all decoding reads.")
+@click.option("--kv-cache", "kv_cache", type=click.Choice(["concat", "inplace"]),
+              default="concat", show_default=True,
+              help="inplace: tract keeps the key/value cache in its run State "
+                   "(tract_transformers_dyn_kv_cache; input_ids in, logits out); concat: the "
+                   "cache is passed in and returned as tensors.")
 @_EXTENSION_OPTION
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, all_logits,
-            extension_modules, quiet, as_json):
+            kv_cache, extension_modules, quiet, as_json):
     """Export a causal language model to ONE archive for prefill and decoding.
 
     MODEL is a directory written by transformers' save_pretrained (config and weights; read
     from the local files only) or package.module:callable returning the model. The archive
     takes input_ids [1, S] and past_key_i / past_value_i [1, H_kv, P, D] per layer, and
     returns the last position's logits [1, 1, V] (--all-logits: [1, S, V]) and
-    present_key_i / present_value_i [1, H_kv, P+S, D]; P is 0 for the prompt.
+    present_key_i / present_value_i [1, H_kv, P+S, D]; P is 0 for the prompt. With
+    --kv-cache inplace tract keeps the cache in its State: input_ids in, logits out.
 
     \b
     Examples:
@@ -432,7 +438,7 @@ def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, all_
             raise UsageError(f"--prompt {prompt!r}: give comma-separated token ids") from None
     result, failure = _run_reporting_warnings(lambda: llm.export_llm(
         model, output, weights=weights, check=check, max_new_tokens=max_length, prompt=ids,
-        quiet=quiet, keep_failed=keep_failed, all_logits=all_logits))
+        quiet=quiet, keep_failed=keep_failed, all_logits=all_logits, kv_cache=kv_cache))
     if as_json:
         click.echo(json.dumps(dict(result_dict(result.export), llm=result.llm_dict()),
                               indent=2))

@@ -5,7 +5,8 @@ The archive computes one step: ``input_ids [1, S]`` and per layer ``past_key_i``
 all greedy or sampled decoding reads; ``all_logits=True`` gives ``[1, S, V]``) and
 ``present_key_i`` / ``present_value_i [1, H_kv, P+S, D]`` out. ``S`` and ``P`` are tract symbols: the prompt runs
 with ``P = 0``, each decoding step with ``S = 1`` and the previous step's present tensors as
-its past. Positions (``P .. P+S-1``) and the causal mask (with the sliding window of the
+its past. With ``kv_cache="inplace"`` tract keeps the cache in the run's ``State`` instead
+(``input_ids`` in, ``logits`` out; :mod:`t2n.passes.stateful_cache`). Positions (``P .. P+S-1``) and the causal mask (with the sliding window of the
 families that have one) are computed inside the graph from ``P`` and ``S``. The layout goes
 into the archive's ``tract_core_properties`` (``t2n.llm.*``), so a runtime can feed the
 archive without knowing the model (see :mod:`t2n.llm_generate`).
@@ -35,6 +36,8 @@ from t2n.llm_lora import merged_lora_view
 from t2n.write.staging import check_destination, staged
 
 DEFAULT_NEW_TOKENS = 16
+# how the key/value cache crosses steps: as input/output tensors, or kept in tract's State
+KV_CACHES = ("concat", "inplace")
 PROMPT_LENGTH = 8
 # Example sizes of the trace: S != P, both > 1, so that no size-1 or "cache is empty" special
 # case of transformers is baked into the graph (the graph is then checked at P = 0, S = 1).
@@ -74,6 +77,7 @@ class LLMExportResult:
     reference_tokens: list[int] | None = None
     tract_tokens: list[int] | None = None
     generation: dict = field(default_factory=dict)
+    kv_cache: str = "concat"  # "inplace": the cache is kept in tract's State
 
     @property
     def path(self) -> str:
@@ -95,7 +99,9 @@ class LLMExportResult:
                      + ("" if not values else " (values: " + ", ".join(
                          f"H={h} D={d}" for h, d in values) + ")")
                      + (f", sliding window {', '.join(map(str, windows))}" if windows else "")
-                     + f", vocabulary {self.vocab_size}, weights {self.weights}")
+                     + f", vocabulary {self.vocab_size}, weights {self.weights}"
+                     + (", cache kept in tract's State (--kv-cache inplace)"
+                        if self.kv_cache == "inplace" else ""))
         if self.merged_lora:
             lines.append(f"  LoRA: {self.merged_lora} adapted layers merged into their base "
                          "weights (copies; the model is unchanged)")
@@ -129,7 +135,7 @@ class LLMExportResult:
         """The language-model part of the result as plain JSON data."""
         return {"layers": [dict(c.__dict__) for c in self.layers], "vocab_size": self.vocab_size,
                 "weights": self.weights, "dense_experts": self.dense_experts,
-                "merged_lora": self.merged_lora,
+                "merged_lora": self.merged_lora, "kv_cache": self.kv_cache,
                 "prompt": self.prompt,
                 "reference_tokens": self.reference_tokens, "tract_tokens": self.tract_tokens,
                 "passed": self.passed, "generation": self.generation}
@@ -330,8 +336,11 @@ def io_names(n_layers: int) -> tuple[list[str], list[str]]:
     return ins, outs
 
 
-def _properties(model, layers, vocab: int, weights: str, all_logits: bool) -> dict:
+def _properties(model, layers, vocab: int, weights: str, all_logits: bool,
+                kv_cache: str = "concat") -> dict:
     ins, outs = io_names(len(layers))
+    if kv_cache == "inplace":  # the cache lives in tract's State (t2n.passes.stateful_cache)
+        ins, outs = ins[:1], outs[:1]
     cfg = model.config
     props = {
         "t2n.llm.format": 1,
@@ -348,6 +357,7 @@ def _properties(model, layers, vocab: int, weights: str, all_logits: bool) -> di
         "t2n.llm.cache_layout": "batch,kv_heads,positions,head_dim",
         "t2n.llm.weights": weights,
         "t2n.llm.logits": "all" if all_logits else "last",
+        "t2n.llm.kv_cache": kv_cache,
     }
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if eos is None:
@@ -362,6 +372,14 @@ def _properties(model, layers, vocab: int, weights: str, all_logits: bool) -> di
     if isinstance(bos, int) and 0 <= bos < vocab:
         props["t2n.llm.bos_token_id"] = bos
     return props
+
+
+def _cache_option(ins: list[str], outs: list[str], kv_cache: str) -> dict:
+    """``inplace``: each ``past_*`` input and its ``present_*`` output become one
+    ``tract_transformers_dyn_kv_cache`` (:mod:`t2n.passes.stateful_cache`)."""
+    if kv_cache == "concat":
+        return {}
+    return {"stateful_caches": dict(zip(ins[1:], outs[1:]))}
 
 
 def _example(layers, vocab: int):
@@ -383,7 +401,8 @@ def default_prompt(vocab: int, length: int = PROMPT_LENGTH) -> list[int]:
 def export_llm(model, f, *, weights: str = "f32", check: bool = False,
                max_new_tokens: int = DEFAULT_NEW_TOKENS, prompt=None, quiet: bool = False,
                progress=None, timeout: float | None = 1800,
-               keep_failed: str | None = None, all_logits: bool = False) -> LLMExportResult:
+               keep_failed: str | None = None, all_logits: bool = False,
+               kv_cache: str = "concat") -> LLMExportResult:
     """Export a causal LM (an ``nn.Module``, a ``save_pretrained`` directory or
     ``module:callable``) to ``f`` as one archive for prefill and decoding.
 
@@ -393,11 +412,17 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     exactly transformers' ``generate(do_sample=False)`` tokens; the archive then does not
     reach ``f`` (``keep_failed=PATH`` moves it there instead, for inspection).
     ``all_logits=True`` returns the logits of every position (``[1, S, V]``, for scoring a
-    text) instead of the last one's (``[1, 1, V]``, all that decoding reads)."""
+    text) instead of the last one's (``[1, 1, V]``, all that decoding reads).
+    ``kv_cache="inplace"`` keeps the cache inside tract's run state
+    (``tract_transformers_dyn_kv_cache``): the archive takes ``input_ids`` only and returns
+    ``logits`` only; one ``tract.State`` per sequence (``runnable.spawn_state()``), a new
+    state for a new prompt. ``"concat"`` (default) takes and returns the cache tensors."""
     from t2n.api import export
     from t2n.write.weight_formats import get_format
 
     weights = get_format(weights).name
+    if kv_cache not in KV_CACHES:
+        raise UsageError(f"kv_cache must be one of {', '.join(KV_CACHES)}, not {kv_cache!r}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
             or max_new_tokens < 1:
         raise UsageError(f"max_new_tokens must be an integer >= 1, not {max_new_tokens!r}")
@@ -435,13 +460,15 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
             # transformers' notices about its own API (deprecated attributes read while tracing)
             warnings.simplefilter("ignore", FutureWarning)
             result = export(step, args, work, input_names=ins, output_names=outs, dynamic_axes=dyn,
-                            properties=_properties(model, layers, vocab, weights, all_logits),
-                            quiet=quiet,
-                            progress=progress, weights=weights)
+                            properties=_properties(model, layers, vocab, weights, all_logits,
+                                                   kv_cache),
+                            quiet=quiet, progress=progress, weights=weights,
+                            **_cache_option(ins, outs, kv_cache))
         result.path = f  # where it will be; its tokens are generated from work
         # transformers compares sizes in Python per layer (q_length > 1, ...): one line each
         result.warnings = list(dict.fromkeys(result.warnings))
-        res = LLMExportResult(result, layers, vocab, weights, n_experts, n_lora)
+        res = LLMExportResult(result, layers, vocab, weights, n_experts, n_lora,
+                              kv_cache=kv_cache)
         if check:
             res.prompt = prompt or default_prompt(vocab)
             if weights == "f32":

@@ -5,7 +5,9 @@ The archive computes one step of a causal language model: ``input_ids [1, S]`` a
 (every position's, ``[1, S, V]``, with ``--all-logits``) and ``present_key_i`` /
 ``present_value_i [1, H_kv, P+S, D]`` out. The same archive serves the
 prompt (P = 0, S = prompt length) and every decoding step (S = 1): :func:`generate` feeds
-each step's present tensors back as the next step's past ones.
+each step's present tensors back as the next step's past ones. An archive exported with
+``kv_cache="inplace"`` (property ``t2n.llm.kv_cache``) keeps the cache in tract's ``State``:
+it takes ``input_ids`` only, one state per sequence (``runnable.spawn_state()``).
 
 The layout is read from the archive's ``tract_core_properties`` (``t2n.llm.*`` keys), so
 this module needs nothing but the archive. It imports neither torch nor t2n's engine: it is
@@ -70,19 +72,25 @@ def generate(archive: str, prompt: list[int], new_tokens: int) -> dict:
     import tract
 
     t0 = time.perf_counter()
-    model = tract.nnef().load(archive)
+    # tract_transformers: the in-place cache's operator (a plain archive loads the same)
+    model = tract.nnef().with_tract_transformers().load(archive)
     layout = read_layout(model)
     runnable = model.into_runnable()
     load = time.perf_counter() - t0
-    past = empty_cache(layout)
+    inplace = layout.get("kv_cache") == "inplace"
+    state = runnable.spawn_state() if inplace else None  # a new prompt: a new state
+    past = [] if inplace else empty_cache(layout)
     ids = np.asarray([prompt], dtype=np.int64)
     tokens: list[int] = []
     t_prefill = t_decode = 0.0
     for step in range(new_tokens):
         t = time.perf_counter()
-        outs = runnable.run([ids, *past])
-        logits = outs[0].to_numpy()
-        past = [o.to_numpy() for o in outs[1:]]
+        if inplace:
+            logits = state.run([ids])[0].to_numpy()
+        else:
+            outs = runnable.run([ids, *past])
+            logits = outs[0].to_numpy()
+            past = [o.to_numpy() for o in outs[1:]]
         token = int(np.argmax(logits[0, -1]))
         dt = time.perf_counter() - t
         if step == 0:

@@ -31,8 +31,13 @@ def _fact(text: str) -> tuple[list, str]:
 def main(argv: list[str]) -> int:
     import tract
 
+    from t2n.check.tract_runner import declares_transformers
+
     archive, symbols = argv[0], json.loads(argv[1])
-    model = tract.nnef().load(archive)
+    nnef = tract.nnef()
+    if declares_transformers(archive):  # a stateful cache (t2n llm --kv-cache inplace)
+        nnef = nnef.with_tract_transformers()
+    model = nnef.load(archive)
     # the output facts as the archive declares them: symbols (Bx1000), before binding them
     outputs = []
     for i in range(model.output_count()):

@@ -181,7 +181,10 @@ def _run_sets(tract, archive: str, pairs: list[tuple[str, str]]) -> str | None:
     outputs go to OUT, a refusal of those inputs to ``OUT.err``. Returns None, or tract's
     message when it refused the archive itself."""
     try:
-        runnable = tract.nnef().load(archive).into_runnable()
+        nnef = tract.nnef()
+        if declares_transformers(archive):  # stateful caches (t2n.passes.stateful_cache)
+            nnef = nnef.with_tract_transformers()
+        runnable = nnef.load(archive).into_runnable()
     except Exception as e:  # tract.TractError and friends
         return _message(e)
     for inp, out in pairs:
@@ -195,6 +198,25 @@ def _run_sets(tract, archive: str, pairs: list[tuple[str, str]]) -> str | None:
             continue
         np.savez(out, *arrays)
     return None
+
+
+def declares_transformers(archive: str) -> bool:
+    """Whether graph.nnef's header asks for tract's ``tract_transformers`` registry (the
+    writer puts graph.nnef first in a tar, so only its first member is read)."""
+    import tarfile
+
+    try:
+        if os.path.isdir(archive):
+            with open(os.path.join(archive, "graph.nnef"), "rb") as f:
+                head = f.read(4096)
+        else:
+            with tarfile.open(archive, "r|*") as t:
+                m = t.next()
+                head = t.extractfile(m).read(4096) if m and m.name.endswith("graph.nnef") \
+                    else b""
+    except (OSError, tarfile.TarError):
+        return False
+    return b"extension tract_registry tract_transformers;" in head
 
 
 def _message(e: Exception) -> str:

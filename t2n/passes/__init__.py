@@ -62,6 +62,8 @@ PIPELINE: tuple[str, ...] = (
     "squeeze_weights",  # a product's constant weight without its size-1 leading axes
     #                     (tract: an einsum on the weight's own rank; tract copies it less)
     "minimal_reshape",  # reshapes written over the axes they change (axis_start/axis_count)
+    "stateful_cache",  # stateful_caches={past: present}: concat([past, new]) -> tract's
+    #                    dyn_kv_cache, the cache kept in the run's State (t2n llm)
 )
 
 

@@ -43,6 +43,9 @@ class Target:
 
     def header_lines(self, g: Graph) -> list[str]:
         lines = [f"extension {e};" for e in self.extensions]
+        # registries some ops of this graph need (t2n.passes.stateful_cache)
+        lines += [f"extension {e};" for e in g.shared.get("extensions", ())
+                  if e not in self.extensions]
         if self.declares_symbols:
             lines += [f"extension tract_symbol {s};" for s in g.symbols]
             lines += [f"extension tract_assert {s} >= {least};"

@@ -30,6 +30,8 @@ FEATURES: dict[str, str] = {
                             "un-broadcast operands (broadcast_axes, squeeze_weights, "
                             "unshare_packed, product_broadcasts)",
     "properties": "tract_core_properties: metadata a runtime reads (export(properties=...))",
+    "stateful_cache": "a cache kept in the run's state, tract_transformers_dyn_kv_cache "
+                      "(t2n.passes.stateful_cache)",
 }
 
 KHRONOS: dict[str, str] = {
