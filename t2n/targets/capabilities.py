@@ -30,6 +30,8 @@ FEATURES: dict[str, str] = {
                             "un-broadcast operands (broadcast_axes, squeeze_weights, "
                             "unshare_packed, product_broadcasts)",
     "properties": "tract_core_properties: metadata a runtime reads (export(properties=...))",
+    "integer_weights": "int8/uint8 weights stored as such and widened to float in the graph "
+                       "(tract_core_cast; t2n.walk.core.widens_stored_integers)",
 }
 
 KHRONOS: dict[str, str] = {
