@@ -31,7 +31,7 @@ import torch
 
 from t2n import dtypes
 from t2n.errors import ConversionError, UnsupportedOperatorsError
-from t2n.walk import bf16_values, registry
+from t2n.walk import bf16_values, quant_steps, registry
 from t2n.walk.builder import MAX_INLINE_ELEMENTS, Graph, NodeContext, Tensor, Unavailable
 from t2n.walk.folding import FoldedStorage
 from t2n.walk.torchscript import _flat, _is_number, _is_symbolic, _Unsupported
@@ -218,6 +218,7 @@ class WalkerCore:
             result = bf16_values.call_node(self.g, call.name, fn, call.args)
         results = [self._conform(call.op, r, out)
                    for r, out in zip(_split(result, call.multi), call.outs or [None])]
+        quant_steps.carry(self.g, call.name, call.args, results)
         self._after_mapping(call, results)
         return results
 
