@@ -147,3 +147,31 @@ def test_pt2e_quantized_model_stores_int8_and_checks(name, quantizer, capture, t
     floating = t2n.export(model, (x,), tmp_path / "f.nnef")
     ratio = quantized.archive_bytes / floating.archive_bytes
     assert ratio <= 0.4, (name, quantizer, ratio)
+
+
+def test_check_accepts_one_step_carried_to_the_float_output(monkeypatch, tmp_path):
+    """X86InductorQuantizer leaves the classifier's output float: the check's tolerance on it
+    is one step of the classifier's dequantized input through its largest weight (the
+    quantization steps t2n/walk/quant_steps.py carries), no more."""
+    from t2n.check import verify
+
+    build, shape = MODELS["resnet"]
+    qmodel, x = pt2e_quantized(build(), shape, QUANTIZERS["x86-static"]())
+    linear = next(n for n in qmodel.graph.nodes if n.target == torch.ops.aten.linear.default)
+    dq_x, dq_w = linear.args[0], linear.args[1]
+
+    def value(a):
+        return getattr(qmodel, a.target) if isinstance(a, torch.fx.Node) else a
+
+    weight = dq_w.target(*[value(a) for a in dq_w.args])
+    expected = dq_x.args[1] * float(weight.abs().max())
+    seen = {}
+    real = verify.quantization_steps
+
+    def spy(session, names, handles):
+        seen.update(real(session, names, handles))
+        return seen
+
+    monkeypatch.setattr(verify, "quantization_steps", spy)
+    _export(qmodel, x, tmp_path / "q.nnef")
+    assert seen == {"output_0": pytest.approx(expected * (1 + 1e-5), rel=1e-6)}, (seen, expected)

@@ -78,3 +78,20 @@ def test_int8_weight_only_of_linear_layers_leaves_the_convolution_float(tmp_path
     stored = inspect_archive(str(tmp_path / "q.nnef"), macs=False).by_format()
     assert stored["i8"]["params"] == 64 * 128, stored
     assert stored["f32"]["params"] == 3 * 64 * 9 + 64 + 128 + 128, stored  # + the scales
+
+
+def test_a_config_quantizing_activations_is_refused_naming_what_is_supported(tmp_path):
+    """With the export capture (PyTorch's tracer itself fails on this model: an internal
+    assertion in TraceTypeManual.cpp, reported as t2n's TraceError)."""
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig
+
+    from t2n.errors import UnsupportedOperatorsError
+
+    model = make_mlp(64, 256)
+    quantize_(model, Int8DynamicActivationInt8WeightConfig())
+    with pytest.raises(UnsupportedOperatorsError) as e:
+        t2n.export(model, (torch.randn(4, 1, 8, 8),), tmp_path / "q.nnef", capture="export")
+    text = str(e.value)
+    assert "torchao::choose_qparams_affine" in text and \
+        "Int8DynamicActivationInt8WeightConfig" in text and "weight-only" in text, text
+    assert not (tmp_path / "q.nnef").exists()

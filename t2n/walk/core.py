@@ -372,6 +372,12 @@ def _torch_op(schema):
 def unmapped_library_op(op: str) -> str:
     """The refusal of an op of another library (a torch.library custom op) without a
     mapping, shared by both captures: what to do about it."""
+    if op.startswith("torchao::"):  # torchao's quantize_ configs call these when they run
+        return ("a torchao quantization primitive t2n does not map: t2n exports torchao's "
+                "weight-only configs (Int8WeightOnlyConfig, IntxWeightOnlyConfig) and pt2e "
+                "models, not configs that quantize activations at run time such as "
+                "Int8DynamicActivationInt8WeightConfig (docs/quantized.md); or register a "
+                f"mapping with @t2n.mapping({op!r})")
     return (f"no mapping for this operator of the {op.split('::')[0]!r} library; register "
             f"one with @t2n.mapping({op!r}) (docs/extensions.md)")
 
