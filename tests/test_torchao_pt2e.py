@@ -19,6 +19,7 @@ from torchao.testing.pt2e._xnnpack_quantizer import (XNNPACKQuantizer,
 
 import t2n
 from t2n.archive_info import inspect_archive
+from t2n.testing import assert_exports
 from fixtures.models import InvertedResidual, _seeded, make_mlp
 
 warnings.filterwarnings("ignore", message=".*XNNPACKQuantizer is deprecated.*")
@@ -175,3 +176,49 @@ def test_check_accepts_one_step_carried_to_the_float_output(monkeypatch, tmp_pat
     monkeypatch.setattr(verify, "quantization_steps", spy)
     _export(qmodel, x, tmp_path / "q.nnef")
     assert seen == {"output_0": pytest.approx(expected * (1 + 1e-5), rel=1e-6)}, (seen, expected)
+
+
+@pytest.mark.parametrize("name,quantizer", [("resnet", "x86-static"),
+                                            ("mlp", "xnnpack-dynamic")])
+def test_pt2e_quantized_model_with_a_dynamic_batch(name, quantizer):
+    build, shape = MODELS[name]
+    qmodel, x = pt2e_quantized(build(), shape, QUANTIZERS[quantizer]())
+    other = torch.randn(5, *shape[1:], generator=torch.Generator().manual_seed(1))
+    assert_exports(qmodel, (x,), capture="export", input_names=["x"],
+                   dynamic_axes={"x": {0: "B"}}, more_args=[(other,)])
+
+
+# ---------------------------------------------------------------------------- the ops alone
+class QuantizeOps(nn.Module):
+    """Each quantized_decomposed op on run-time inputs, its integers returned (compared
+    exactly): per-tensor with fixed parameters, per-channel along axis 1, and run-time
+    parameters (affine u8, symmetric i8) as dynamic quantization computes them."""
+
+    def __init__(self):
+        super().__init__()
+        import torch.ao.quantization.fx._decomposed  # noqa: F401  (declares the ops)
+
+        self.register_buffer("scales", torch.tensor([0.02, 0.05, 0.013]))
+        self.register_buffer("zero_points", torch.tensor([3, -7, 0]))
+
+    def forward(self, x):
+        ops = torch.ops.quantized_decomposed
+        eps = torch.finfo(torch.float32).eps
+        q1 = ops.quantize_per_tensor(x, 0.037, 101, 0, 255, torch.uint8)
+        q2 = ops.quantize_per_channel(x, self.scales, self.zero_points, 1, -128, 127,
+                                      torch.int8)
+        s, z = ops.choose_qparams.tensor(x, 0, 255, eps, torch.uint8)
+        q3 = ops.quantize_per_tensor.tensor(x, s, z, 0, 255, torch.uint8)
+        ss, zs = ops.choose_qparams_symmetric.tensor(x, -128, 127, eps, torch.int8)
+        q4 = ops.quantize_per_tensor.tensor(x, ss, zs, -128, 127, torch.int8)
+        d = ops.dequantize_per_tensor.tensor(q3, s, z, 0, 255, torch.uint8) + \
+            ops.dequantize_per_channel(q2, self.scales, self.zero_points, 1, -128, 127,
+                                       torch.int8)
+        return q1, q2, q3, q4, s, z, d
+
+
+@pytest.mark.parametrize("capture", ["export", "trace"])
+def test_quantize_ops_give_pytorchs_integers(capture):
+    x = torch.randn(4, 3, 5, 6, generator=torch.Generator().manual_seed(0)) * 3
+    assert_exports(QuantizeOps(), (x,), capture=capture, input_names=["x"],
+                   dynamic_axes={"x": {0: "B"}}, more_args=[(torch.rand(2, 3, 5, 6) * 9 - 1,)])
