@@ -19,7 +19,7 @@ from torchao.testing.pt2e._xnnpack_quantizer import (XNNPACKQuantizer,
 
 import t2n
 from t2n.archive_info import inspect_archive
-from t2n.testing import assert_exports
+from t2n.testing import FunctionModule, assert_exports
 from fixtures.models import InvertedResidual, _seeded, make_mlp
 
 warnings.filterwarnings("ignore", message=".*XNNPACKQuantizer is deprecated.*")
@@ -207,6 +207,8 @@ class QuantizeOps(nn.Module):
         q1 = ops.quantize_per_tensor(x, 0.037, 101, 0, 255, torch.uint8)
         q2 = ops.quantize_per_channel(x, self.scales, self.zero_points, 1, -128, 127,
                                       torch.int8)
+        q5 = ops.quantize_per_channel(x, self.scales.double() / 3, self.zero_points, 1, 0,
+                                      255, torch.uint8)  # float64 scales: computed in it
         s, z = ops.choose_qparams.tensor(x, 0, 255, eps, torch.uint8)
         q3 = ops.quantize_per_tensor.tensor(x, s, z, 0, 255, torch.uint8)
         ss, zs = ops.choose_qparams_symmetric.tensor(x, -128, 127, eps, torch.int8)
@@ -214,7 +216,7 @@ class QuantizeOps(nn.Module):
         d = ops.dequantize_per_tensor.tensor(q3, s, z, 0, 255, torch.uint8) + \
             ops.dequantize_per_channel(q2, self.scales, self.zero_points, 1, -128, 127,
                                        torch.int8)
-        return q1, q2, q3, q4, s, z, d
+        return q1, q2, q3, q4, q5, s, z, d
 
 
 @pytest.mark.parametrize("capture", ["export", "trace"])
@@ -222,3 +224,17 @@ def test_quantize_ops_give_pytorchs_integers(capture):
     x = torch.randn(4, 3, 5, 6, generator=torch.Generator().manual_seed(0)) * 3
     assert_exports(QuantizeOps(), (x,), capture=capture, input_names=["x"],
                    dynamic_axes={"x": {0: "B"}}, more_args=[(torch.rand(2, 3, 5, 6) * 9 - 1,)])
+
+
+def test_float64_per_channel_quantization_rounds_ties_to_even():
+    """float64 scales: PyTorch computes in float64, which tract's round_even does not take
+    (t2n rounds from the floor); halves go to the even integer."""
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (declares the ops)
+
+    def quantize(x):
+        ops = torch.ops.quantized_decomposed
+        return ops.quantize_per_channel(x, torch.tensor([1.0, 0.5, 2.0], dtype=torch.float64),
+                                        torch.tensor([0, 1, -1]), 1, -128, 127, torch.int8)
+
+    x = (torch.arange(-12, 12, dtype=torch.float32) + 0.5).reshape(2, 3, 4)
+    assert_exports(FunctionModule(quantize), (x,), fresh_inputs=False)

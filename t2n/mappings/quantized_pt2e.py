@@ -29,7 +29,8 @@ from t2n import dtypes
 from t2n.walk.registry import aten, stores_integers
 
 _NS = "quantized_decomposed::"
-_INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32)
+# (int32 is left out: its bounds are not float32 numbers, and the clamp is in float32)
+_INTEGERS = (torch.uint8, torch.int8, torch.int16)
 
 
 def _dtype(dtype):
@@ -41,7 +42,7 @@ def _qdtype(g, dtype):
     dtype = _dtype(dtype)
     if dtype not in _INTEGERS:
         raise g.error(f"dtype: {dtype} quantized values are not supported "
-                      "(uint8, int8, int16, int32)")
+                      "(uint8, int8, int16)")
     return dtype
 
 
@@ -64,11 +65,27 @@ def _step(v) -> float | None:
 
 def _rounded(g, y, zero_point, quant_min, quant_max, dtype):
     """``clamp(round_half_even(y) + zero_point, quant_min, quant_max)`` as ``dtype``."""
-    f32 = torch.float32
-    y = g.binary("add", g.op("tract_core_round_even", y), zero_point, f32)
-    y = g.binary("min", g.binary("max", y, g.const(float(quant_min), f32), f32),
-                 g.const(float(quant_max), f32), f32)
+    ft = y.dtype  # float32, or float64 where PyTorch computes in it (float64 scales)
+    y = g.binary("add", _round_half_even(g, y), g.cast(zero_point, ft), ft)
+    y = g.binary("min", g.binary("max", y, g.const(float(quant_min), ft), ft),
+                 g.const(float(quant_max), ft), ft)
     return g.cast(y, _qdtype(g, dtype))
+
+
+def _round_half_even(g, y):
+    """torch.round. tract's ``tract_core_round_even`` takes float32 (and float16) only; a
+    float64 value is rounded from its floor: up past one half, and at exactly one half to
+    the even neighbour (``y - floor(y)`` and ``floor(y) mod 2`` are exact in float64)."""
+    if y.dtype != torch.float64:
+        return g.op("tract_core_round_even", y)
+    f64 = torch.float64
+    f = g.op("floor", y)
+    frac = g.binary("sub", y, f, f64)
+    odd = g.binary("sub", f, g.binary("mul", g.op("floor", g.binary("mul", f, 0.5, f64)),
+                                      2.0, f64), f64)
+    up = g.cast(g.binary("gt", frac, 0.5, f64, out_dtype=torch.bool), f64)
+    tie = g.cast(g.binary("eq", frac, 0.5, f64, out_dtype=torch.bool), f64)
+    return g.binary("add", f, g.binary("add", up, g.binary("mul", tie, odd, f64), f64), f64)
 
 
 def _inverse(g, scale):
@@ -76,8 +93,9 @@ def _inverse(g, scale):
     then rounded to float32 (PyTorch's scalar of a float32 multiplication). A run-time
     scale is a float32 value, and float32's division of 1 by it rounds to the same number
     (a quotient rounded to float64 first, then to float32, is rounded correctly)."""
-    if not hasattr(scale, "shape"):
-        return g.const(1.0 / float(scale), torch.float32)
+    known = _step(scale)
+    if known is not None:  # a number, or a constant tensor (the ``.tensor`` overloads)
+        return g.const(1.0 / known, torch.float32)
     s = _param(g, scale, torch.float32)
     return g.binary("div", g.const(1.0, torch.float32), s, torch.float32)
 
@@ -131,14 +149,15 @@ def _per_axis(g, v, axis: int, rank: int, dtype):
 @aten(_NS + "quantize_per_channel")
 def quantize_per_channel(g, input, scales, zero_points, axis, quant_min, quant_max, dtype):
     """``clamp(round(input * (1.0 / scales)) + zero_points)``: the reciprocal of each scale
-    in the scales' dtype (float32 or float64), the product in float32."""
+    and the product in the scales' dtype (float32, or float64: PyTorch promotes the float32
+    input to it)."""
     f32 = torch.float32
     axis = axis % input.rank
-    sdtype = scales.dtype if scales.dtype.is_floating_point else f32
+    sdtype = scales.dtype if scales.dtype in (f32, torch.float64) else f32
     inv = g.binary("div", g.const(1.0, sdtype), _per_axis(g, scales, axis, input.rank, sdtype),
                    sdtype)
-    x = g.binary("mul", g.cast(input, f32), g.cast(inv, f32), f32)
-    return _rounded(g, x, _per_axis(g, zero_points, axis, input.rank, f32), quant_min,
+    x = g.binary("mul", g.cast(g.cast(input, f32), sdtype), inv, sdtype)
+    return _rounded(g, x, _per_axis(g, zero_points, axis, input.rank, sdtype), quant_min,
                     quant_max, dtype)
 
 
