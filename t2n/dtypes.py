@@ -34,6 +34,17 @@ _UNSIGNED_EXTRA = {
 _TABLE.update({k: v for k, v in _UNSIGNED_EXTRA.items() if k is not None})
 # torch.ao quantized tensors are their integer representation in the graph (scale and zero
 # point travel beside them, t2n/mappings/quantized.py): plain u8/i8/i32 tensors for tract
+# PyTorch's ScalarType codes (TorchScript passes dtypes as these numbers), by code
+_SCALAR_TYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                 torch.float32, torch.float64, torch.complex32, torch.complex64,
+                 torch.complex128, torch.bool, None, None, None, torch.bfloat16]
+
+
+def from_scalar_type(code: int) -> torch.dtype | None:
+    """The torch dtype of a ScalarType code (None: a quantized or unknown code)."""
+    return _SCALAR_TYPES[code] if 0 <= code < len(_SCALAR_TYPES) else None
+
+
 QUANTIZED = {torch.quint8: torch.uint8, torch.qint8: torch.int8, torch.qint32: torch.int32}
 _TABLE.update({q: _TABLE[r] for q, r in QUANTIZED.items()})
 

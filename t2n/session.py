@@ -52,6 +52,8 @@ class QuantizedValues:
 
     params: dict[int, tuple] = field(default_factory=dict)  # id(tensor) -> (scale, zero point)
     steps: dict[int, float] = field(default_factory=dict)  # id(output) -> its quantization step
+    # id(weight computed in the graph) -> its largest magnitude (t2n.walk.quant_steps)
+    bounds: dict[int, float] = field(default_factory=dict)
     count: int = 0  # labels of the constants the quantized mappings store
 
     def label(self, kind: str) -> str:

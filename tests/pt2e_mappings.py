@@ -14,7 +14,7 @@ def _dtype(g, dtype):
     return dtype
 
 
-@t2n.mapping("quantized_decomposed::quantize_per_tensor")
+@t2n.mapping("quantized_decomposed::quantize_per_tensor", override=True)
 def quantize_per_tensor(g, input, scale, zero_point, quant_min, quant_max, dtype):
     """clamp(round_half_even(input / scale) + zero_point, quant_min, quant_max), as the
     kernel computes it (input * (1 / scale), in float32)."""
@@ -24,7 +24,7 @@ def quantize_per_tensor(g, input, scale, zero_point, quant_min, quant_max, dtype
     return g.cast(x, _dtype(g, dtype))
 
 
-@t2n.mapping("quantized_decomposed::dequantize_per_tensor")
+@t2n.mapping("quantized_decomposed::dequantize_per_tensor", override=True)
 def dequantize_per_tensor(g, input, scale, zero_point, quant_min, quant_max, dtype,
                           out_dtype=None):
     _dtype(g, dtype)

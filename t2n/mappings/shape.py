@@ -7,7 +7,7 @@ symbolic sizes (dynamic axes), which are written as tract dim expressions.
 
 from __future__ import annotations
 
-from t2n.walk.registry import aten
+from t2n.walk.registry import aten, stores_integers
 
 
 def _reshape_target(g, self, shape):
@@ -252,8 +252,11 @@ def _cast_to(g, self, dtype):
 
 
 @aten("to", "_to_copy", "type_as")
+@stores_integers
 def to(g, self, *args):
-    """Every overload of ``Tensor.to``: the traced output dtype says the target."""
+    """Every overload of ``Tensor.to``: the traced output dtype says the target. A large
+    int8/uint8 weight cast to float is cast in the graph, not folded (torchao's weight-only
+    int8 layers: the archive stores the integers)."""
     return _cast_to(g, self, g.out_dtype())
 
 

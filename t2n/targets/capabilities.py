@@ -32,6 +32,8 @@ FEATURES: dict[str, str] = {
     "properties": "tract_core_properties: metadata a runtime reads (export(properties=...))",
     "stateful_cache": "a cache kept in the run's state, tract_transformers_dyn_kv_cache "
                       "(t2n.passes.stateful_cache)",
+    "integer_weights": "int8/uint8 weights stored as such and widened to float in the graph "
+                       "(tract_core_cast; t2n.walk.core.widens_stored_integers)",
 }
 
 KHRONOS: dict[str, str] = {

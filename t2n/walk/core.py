@@ -31,8 +31,8 @@ import torch
 
 from t2n import dtypes
 from t2n.errors import ConversionError, UnsupportedOperatorsError
-from t2n.walk import bf16_values, registry
-from t2n.walk.builder import Graph, NodeContext, Tensor, Unavailable
+from t2n.walk import bf16_values, quant_steps, registry
+from t2n.walk.builder import MAX_INLINE_ELEMENTS, Graph, NodeContext, Tensor, Unavailable
 from t2n.walk.folding import FoldedStorage
 from t2n.walk.torchscript import _flat, _is_number, _is_symbolic, _Unsupported
 
@@ -203,7 +203,8 @@ class WalkerCore:
 
     def _op(self, call: OpCall) -> list:
         """The results of one op (one per IR result): folded, or converted by its mapping."""
-        if self._foldable(call.name, call.values):
+        if self._foldable(call.name, call.values) and \
+                not widens_stored_integers(self.g, call):
             results = self._fold(call)
             self._after_fold(call, results)
             return results
@@ -217,6 +218,7 @@ class WalkerCore:
             result = bf16_values.call_node(self.g, call.name, fn, call.args)
         results = [self._conform(call.op, r, out)
                    for r, out in zip(_split(result, call.multi), call.outs or [None])]
+        quant_steps.carry(self.g, call.name, call.args, results)
         self._after_mapping(call, results)
         return results
 
@@ -328,6 +330,27 @@ class WalkerCore:
         pass
 
 
+# the integer dtypes whose constants a dequantization or cast keeps stored as they are
+_STORED_INTEGERS = (torch.int8, torch.uint8)
+
+
+def widens_stored_integers(g: Graph, call: OpCall) -> bool:
+    """Whether an op on known inputs is left to its mapping rather than folded: the mapping
+    widens an int8/uint8 weight to a float (torchao's weight-only configs cast it, pt2e's
+    ``dequantize_per_channel`` scales it), and folding would store the float result, four
+    times the bytes. Small tensors (literals anyway) and integer results still fold, and
+    so does everything for a target without integer weights (standard NNEF)."""
+    fn = registry.lookup(call.name)
+    if not getattr(fn, "t2n_stores_integers", False) or \
+            not g.session.target.can("integer_weights"):
+        return False
+    if not any(o is not None and o.dtype is not None and o.dtype.is_floating_point
+               for o in call.outs):
+        return False
+    return any(isinstance(x, torch.Tensor) and x.dtype in _STORED_INTEGERS
+               and x.numel() > MAX_INLINE_ELEMENTS for x in _flat(call.values))
+
+
 def _split(result, multi: bool) -> list:
     return list(result) if multi and isinstance(result, (tuple, list)) else [result]
 
@@ -349,6 +372,12 @@ def _torch_op(schema):
 def unmapped_library_op(op: str) -> str:
     """The refusal of an op of another library (a torch.library custom op) without a
     mapping, shared by both captures: what to do about it."""
+    if op.startswith("torchao::"):  # torchao's quantize_ configs call these when they run
+        return ("a torchao quantization primitive t2n does not map: t2n exports torchao's "
+                "weight-only configs (Int8WeightOnlyConfig, IntxWeightOnlyConfig) and pt2e "
+                "models, not configs that quantize activations at run time such as "
+                "Int8DynamicActivationInt8WeightConfig (docs/quantized.md); or register a "
+                f"mapping with @t2n.mapping({op!r})")
     return (f"no mapping for this operator of the {op.split('::')[0]!r} library; register "
             f"one with @t2n.mapping({op!r}) (docs/extensions.md)")
 

@@ -44,6 +44,15 @@ def own_shapes(fn: Callable) -> Callable:
     return fn
 
 
+def stores_integers(fn: Callable) -> Callable:
+    """Mark a mapping that widens integer weights to float itself (a dequantization, a cast):
+    the walker hands it a large constant int8/uint8 tensor as a stored weight instead of
+    folding the op in torch, so the archive keeps the integers (a quarter of float32) and
+    tract widens them when it loads the model (:func:`t2n.walk.core.widens_stored_integers`)."""
+    fn.t2n_stores_integers = True
+    return fn
+
+
 # Mappings of aten ops for quantized tensor arguments (t2n/mappings/quantized.py): the walker
 # uses them instead of the float mapping when an argument has a quantized dtype.
 _QUANTIZED: dict[str, Callable] = {}

@@ -12,6 +12,7 @@ import sys
 import torch
 
 import t2n
+from t2n import dtypes
 from t2n.walk.builder import Tensor
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -40,17 +41,9 @@ class _Unsupported(Exception):
     pass
 
 
-_SCALAR_TYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-                 torch.float32, torch.float64, torch.complex32, torch.complex64,
-                 torch.complex128, torch.bool, None, None, None, torch.bfloat16]
-
-
 def scalar_type(code: int) -> torch.dtype:
     """TorchScript passes dtypes as ScalarType codes; mappings get torch dtypes."""
-    try:
-        dt = _SCALAR_TYPES[code]
-    except IndexError:
-        dt = None
+    dt = dtypes.from_scalar_type(code)
     if dt is None:
         raise _Unsupported(f"dtype code {code} is not supported")
     return dt
