@@ -19,6 +19,7 @@ from t2n.capture import model_io
 from t2n.walk import registry
 from t2n.errors import TraceError, UsageError
 from t2n.capture.model_mode import eval_mode
+from t2n.capture.recurrent_ops import RecurrentLeaves
 from t2n.stopwatch import timed
 
 
@@ -47,6 +48,19 @@ class _Flat(torch.nn.Module):
 
 
 PREFIX = "model."  # state_dict names of the wrapped model inside _Flat
+
+
+def _distinct(tensors) -> tuple:
+    """The example inputs with a tensor given twice (one object as two inputs) copied:
+    torch.export reads one object passed twice as one input, so the graph would use only
+    the last placeholder and an archive run with two different inputs there would compute
+    from one of them."""
+    seen: set[int] = set()
+    out = []
+    for t in tensors:
+        out.append(t.clone() if id(t) in seen else t)
+        seen.add(id(t))
+    return tuple(out)
 
 
 def _dynamic_shapes(n: int, symbols: dict[int, dict[int, str]]):
@@ -119,10 +133,11 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
         warnings.simplefilter("ignore")
         try:
             flat = _Flat(model, binding)
-            ep = torch.export.export(
-                flat, tuple(binding.tensors),
-                dynamic_shapes=_dynamic_shapes(len(binding.tensors), symbols)
-                if symbols else None)
+            with RecurrentLeaves():
+                ep = torch.export.export(
+                    flat, _distinct(binding.tensors),
+                    dynamic_shapes=_dynamic_shapes(len(binding.tensors), symbols)
+                    if symbols else None)
         except Exception as e:  # torch.export's own diagnosis, as one clear line
             raise _export_error(e, symbols, input_names, binding.tensors) from e
         frozen, ranges = _frozen_axes(ep, symbols, input_names)

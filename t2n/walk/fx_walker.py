@@ -40,6 +40,9 @@ _PY_FUNCS = {
 _IGNORED = {"_assert_scalar", "_assert_tensor_metadata", "sym_constrain_range_for_size",
             "sym_constrain_range", "_assert_async", "_functional_assert_async",
             "_functional_sym_constrain_range", "_functional_sym_constrain_range_for_size"}
+# namespaces read as aten: t2n's own leaves of a capture (t2n/capture/recurrent_ops.py)
+# have the schema of the aten op of their name
+_ATEN_LIKE = ("aten", "t2n")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
@@ -155,7 +158,7 @@ class FxWalker(WalkerCore):
             return
         op = _op_name(target)
         short = op.split("::", 1)[1] if isinstance(target, torch._ops.OpOverload) \
-            and target.namespace == "aten" else op
+            and target.namespace in _ATEN_LIKE else op
         self.env[node] = self._guarded(op, short, where,
                                        lambda: self._call(node, target, args, kwargs, where))
 
@@ -175,8 +178,10 @@ class FxWalker(WalkerCore):
 
     def _aten(self, node, target, args: list, kwargs: dict, where):
         schema = target._schema
-        # aten ops by their name, ops of other libraries (torch_nn::...) by their qualified name
-        name = schema.name.split("::", 1)[1] if target.namespace == "aten" else schema.name
+        # aten ops by their name, ops of other libraries (torch_nn::...) by their qualified
+        # name; t2n's capture leaves (t2n::lstm ...) are the aten op of their name
+        name = schema.name.split("::", 1)[1] if target.namespace in _ATEN_LIKE \
+            else schema.name
         if name in _IGNORED:
             return None
         values = _schema_args(schema, args, kwargs)

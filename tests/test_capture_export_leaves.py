@@ -1,0 +1,83 @@
+"""capture="export" on what torch.export alone gets wrong or refuses: recurrent layers kept
+as leaves (t2n/capture/recurrent_ops.py) so their time axis stays dynamic, and one tensor
+given as two inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import t2n
+from t2n.testing import assert_exports
+
+
+class Recurrent(torch.nn.Module):
+    """An RNN layer between two linears (the leaf inside a model), every output returned."""
+
+    def __init__(self, kind, **kw):
+        super().__init__()
+        self.inp = torch.nn.Linear(3, 4)
+        self.rnn = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn": torch.nn.RNN}[kind](
+            input_size=4, hidden_size=5, batch_first=True, **kw)
+
+    def forward(self, x):
+        y, h = self.rnn(self.inp(x))
+        return (y,) + (tuple(h) if isinstance(h, tuple) else (h,))
+
+
+@pytest.mark.parametrize("kind, kw", [
+    ("lstm", dict(num_layers=2, bidirectional=True, proj_size=2)),
+    ("gru", dict(num_layers=2, bidirectional=True)),
+    ("rnn", dict(nonlinearity="relu")),
+])
+def test_recurrent_time_axis_stays_dynamic(kind, kw, tmp_path):
+    """nn.LSTM/GRU/RNN with a dynamic time axis: exported once (one tract_core_scan per
+    layer, or tract's GRU op), run at 1, 5 and 300 steps and another batch; the archive is
+    the trace's, byte for byte."""
+    torch.manual_seed(0)
+    model = Recurrent(kind, **kw).eval()
+    axes = {"x": {0: "B", 1: "T"}}
+    r = assert_exports(model, (torch.randn(2, 5, 3),), input_names=["x"],
+                       dynamic_axes=axes, capture="export",
+                       more_args=[(torch.randn(1, 1, 3),), (torch.randn(3, 300, 3),)])
+    assert r.op_histogram.get("tract_core_scan", 0) + \
+        r.op_histogram.get("tract_core_gru_seq", 0) >= 1
+    paths = {c: str(tmp_path / f"{c}.nnef.tar") for c in ("export", "trace")}
+    for c, p in paths.items():
+        t2n.export(model, (torch.randn(2, 5, 3),), p, input_names=["x"], dynamic_axes=axes,
+                   capture=c)
+    assert open(paths["export"], "rb").read() == open(paths["trace"], "rb").read()
+
+
+def test_recurrent_leaves_leave_the_model_and_torch_as_they_were(tmp_path):
+    """The capture routes torch._VF.lstm through t2n::lstm only while it runs: afterwards
+    the model's weights are the same objects and the layer runs through aten::lstm."""
+    torch.manual_seed(0)
+    model = Recurrent("lstm").eval()
+    before = {k: (v, v.clone()) for k, v in model.state_dict(keep_vars=True).items()}
+    flat = list(model.rnn._flat_weights)
+    x = torch.randn(2, 5, 3)
+    want = model(x)
+    t2n.export(model, (x,), str(tmp_path / "m.nnef.tar"), input_names=["x"], dynamic_axes={"x": {1: "T"}},
+               capture="export")
+    after = model.state_dict(keep_vars=True)
+    assert all(after[k] is v and torch.equal(v, c) for k, (v, c) in before.items())
+    assert all(a is b for a, b in zip(model.rnn._flat_weights, flat))
+    with torch.profiler.profile() as prof:
+        got = model(x)
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    names = {e.name for e in prof.events()}
+    assert "aten::lstm" in names and not any(n.startswith("t2n::") for n in names)
+
+
+class TwoUses(torch.nn.Module):
+    def forward(self, a, b):
+        return a * 2.0, b + 1.0
+
+
+def test_one_tensor_given_as_two_inputs_stays_two_inputs():
+    """torch.export reads one object passed twice as one input (its graph uses the last
+    placeholder only): the capture passes a copy, so the archive computes each output from
+    its own input (checked on fresh, different values for the two)."""
+    x = torch.randn(3, 4)
+    assert_exports(TwoUses(), (x, x), capture="export")
