@@ -81,3 +81,40 @@ def test_one_tensor_given_as_two_inputs_stays_two_inputs():
     its own input (checked on fresh, different values for the two)."""
     x = torch.randn(3, 4)
     assert_exports(TwoUses(), (x, x), capture="export")
+
+
+class ValueBranch(torch.nn.Module):
+    """Python control flow on a tensor's value (torch.export refuses it; the trace records
+    the branch taken, which is the only one here: the sum of absolute values is >= 0)."""
+
+    def forward(self, x):
+        if x.abs().sum() >= 0:
+            return x * 2.0 + 1.0
+        return x
+
+
+def test_auto_uses_export_when_it_captures_the_model(tmp_path):
+    r = assert_exports(TwoUses(), (torch.randn(3, 4), torch.randn(3, 4)), capture="auto")
+    assert r.capture == "export" and "capture: export (torch.export)" in r.report()
+    assert not any("capture='auto'" in w for w in r.warnings)
+
+
+def test_auto_falls_back_to_the_trace_saying_why_in_one_line(tmp_path):
+    r = assert_exports(ValueBranch(), (torch.randn(3, 4),), capture="auto")
+    assert r.capture == "trace" and "capture: trace (torch.jit.trace)" in r.report()
+    notes = [w for w in r.warnings if w.startswith("capture='auto'")]
+    assert len(notes) == 1 and "\n" not in notes[0], r.warnings
+    assert "torch.export failed" in notes[0] and "depends on tensor values" in notes[0]
+    assert notes[0].endswith("captured with torch.jit.trace")
+
+
+def test_auto_in_the_cli_says_which_capture(tmp_path):
+    from click.testing import CliRunner
+
+    from t2n.cli import cli
+
+    out = tmp_path / "m.nnef.tgz"
+    res = CliRunner().invoke(cli, ["export", "cli_models:make_mlp", "-o", str(out),
+                                   "--input", "x:3x8:f32", "--capture", "auto"])
+    assert res.exit_code == 0, res.output
+    assert "capture: export (torch.export)" in res.output
