@@ -18,6 +18,7 @@ import torch
 from t2n.capture import model_io
 from t2n.walk import registry
 from t2n.errors import TraceError, UsageError
+from t2n.capture.inplace_ops import functionalize_simple_writes
 from t2n.capture.model_mode import eval_mode
 from t2n.capture.recurrent_ops import RecurrentLeaves
 from t2n.stopwatch import timed
@@ -149,6 +150,7 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
         # decompositions apply recursively, to the unmapped ops they emit too). Each
         # run_decompositions re-traces the whole program: most of an export's time.
         table = _decompositions_of_unmapped()
+        functionalize_simple_writes(ep.graph)  # relu_ -> relu where no one can tell
         if _needs_lowering(ep, table):
             ep = ep.run_decompositions(table)
     ep.t2n_ranges = ranges  # the sizes the model is valid for, said in the report

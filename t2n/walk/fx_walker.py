@@ -105,6 +105,9 @@ class FxWalker(WalkerCore):
         else:
             raise ConversionError("placeholder", f"{spec.kind.name} inputs are not supported")
         value = value.detach()
+        if spec.kind == InputKind.CONSTANT_TENSOR and node.users and all(
+                u.target is torch.ops.aten.lift_fresh_copy.default for u in node.users):
+            return value  # a torch.tensor(...) of forward: a constant, as the trace's
         label = spec.target.removeprefix(PREFIX)  # the user's own state_dict name
         self._label(value, label)
         return value
