@@ -106,6 +106,23 @@ def _decompositions_of_unmapped() -> dict:
             and registry.lookup(op._schema.name.split("::", 1)[1]) is None}
 
 
+def _may_need_lowering(ep) -> bool:
+    """Whether :func:`_needs_lowering` can be true: an aten op without a mapping, an op
+    that mutates its inputs or a higher-order op is called (most programs call none, and
+    need no decomposition table)."""
+    for n in ep.graph.nodes:
+        t = n.target
+        if n.op != "call_function":
+            continue
+        if isinstance(t, torch._ops.HigherOrderOperator):
+            return True
+        if isinstance(t, torch._ops.OpOverload) and (t._schema.is_mutable or (
+                t.namespace == "aten"
+                and registry.lookup(t._schema.name.split("::", 1)[1]) is None)):
+            return True
+    return False
+
+
 def _needs_lowering(ep, table: dict) -> bool:
     """Whether ``run_decompositions`` would change the program: an op of ``table`` (an op
     t2n does not map) or an op that mutates its inputs (functionalised by it) is called, or
@@ -149,10 +166,11 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
         # one re-trace: functionalise, and decompose the ops t2n does not map (the
         # decompositions apply recursively, to the unmapped ops they emit too). Each
         # run_decompositions re-traces the whole program: most of an export's time.
-        table = _decompositions_of_unmapped()
         functionalize_simple_writes(ep.graph)  # relu_ -> relu where no one can tell
-        if _needs_lowering(ep, table):
-            ep = ep.run_decompositions(table)
+        if _may_need_lowering(ep):  # the table costs a walk of torch's decompositions
+            table = _decompositions_of_unmapped()
+            if _needs_lowering(ep, table):
+                ep = ep.run_decompositions(table)
     ep.t2n_ranges = ranges  # the sizes the model is valid for, said in the report
     ep.t2n_output_names = flat.names()
     return ep
