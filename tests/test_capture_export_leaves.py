@@ -1,6 +1,6 @@
-"""capture="export" on what torch.export alone gets wrong or refuses: recurrent layers kept
-as leaves (t2n/capture/recurrent_ops.py) so their time axis stays dynamic, and one tensor
-given as two inputs."""
+"""capture="export" on what torch.export alone gets wrong or refuses: recurrent layers and
+max_pool1d kept as leaves (t2n/capture/leaf_ops.py) so their dynamic axes stay dynamic,
+one tensor given as two inputs; and capture="auto"."""
 
 from __future__ import annotations
 
@@ -118,3 +118,24 @@ def test_auto_in_the_cli_says_which_capture(tmp_path):
                                    "--input", "x:3x8:f32", "--capture", "auto"])
     assert res.exit_code == 0, res.output
     assert "capture: export (torch.export)" in res.output
+
+
+class Pools(torch.nn.Module):
+    """max_pool1d as models call it: F with its defaults, options, an unbatched input,
+    torch.max_pool1d, and with indices (left to torch.export: not a leaf)."""
+
+    def forward(self, x):
+        f = torch.nn.functional
+        return (f.max_pool1d(x, 2), f.max_pool1d(x, 3, stride=2, padding=1, ceil_mode=True),
+                f.max_pool1d(x[0], 2, dilation=2), torch.max_pool1d(x, [2], [1]),
+                torch.nn.MaxPool1d(2)(x))
+
+
+def test_max_pool1d_over_a_dynamic_axis():
+    """max_pool1d computes its output length in C++ integers, which fixed the axis under
+    torch.export: as a leaf it stays dynamic (checked at 9, 10, 33 and 64 steps)."""
+    axes = {"x": {2: "S"}}
+    assert_exports(Pools(), (torch.randn(2, 3, 10),), input_names=["x"], dynamic_axes=axes,
+                   capture="export",
+                   more_args=[(torch.randn(2, 3, 9),), (torch.randn(2, 3, 33),),
+                              (torch.randn(2, 3, 64),)])

@@ -20,7 +20,7 @@ from t2n.walk import registry
 from t2n.errors import TraceError, UsageError
 from t2n.capture.inplace_ops import functionalize_simple_writes
 from t2n.capture.model_mode import eval_mode
-from t2n.capture.recurrent_ops import RecurrentLeaves
+from t2n.capture.leaf_ops import Leaves
 from t2n.stopwatch import timed
 
 
@@ -151,7 +151,7 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
         warnings.simplefilter("ignore")
         try:
             flat = _Flat(model, binding)
-            with RecurrentLeaves():
+            with Leaves():
                 ep = torch.export.export(
                     flat, _distinct(binding.tensors),
                     dynamic_shapes=_dynamic_shapes(len(binding.tensors), symbols)

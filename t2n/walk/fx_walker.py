@@ -40,7 +40,7 @@ _PY_FUNCS = {
 _IGNORED = {"_assert_scalar", "_assert_tensor_metadata", "sym_constrain_range_for_size",
             "sym_constrain_range", "_assert_async", "_functional_assert_async",
             "_functional_sym_constrain_range", "_functional_sym_constrain_range_for_size"}
-# namespaces read as aten: t2n's own leaves of a capture (t2n/capture/recurrent_ops.py)
+# namespaces read as aten: t2n's own leaves of a capture (t2n/capture/leaf_ops.py)
 # have the schema of the aten op of their name
 _ATEN_LIKE = ("aten", "t2n")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
