@@ -139,3 +139,25 @@ def test_max_pool1d_over_a_dynamic_axis():
                    capture="export",
                    more_args=[(torch.randn(2, 3, 9),), (torch.randn(2, 3, 33),),
                               (torch.randn(2, 3, 64),)])
+
+
+class QuantDequant(torch.nn.Module):
+    def forward(self, x):
+        q = torch.quantize_per_tensor(x, 0.0371, 57, torch.quint8)
+        return torch.dequantize(q), torch.dequantize(
+            torch.quantize_per_tensor(x * 2.0, 1 / 127, 0, torch.qint8))
+
+
+def test_quantize_dequantize_keeps_the_quantized_dtype(tmp_path):
+    """torch.export records quantize_per_tensor's result as float32: the walker kept that
+    dtype, so dequantize saw float integers and returned them (an archive off by the
+    scale, written without complaint). Now the archive equals PyTorch bit for bit."""
+    import numpy as np
+
+    from t2n.check.tract_runner import run_in_tract
+
+    x = torch.randn(3, 50) * 3
+    path = str(tmp_path / "q.nnef.tar")
+    t2n.export(QuantDequant(), (x,), path, capture="export")
+    for got, want in zip(run_in_tract(path, [x.numpy()]), QuantDequant()(x)):
+        assert np.array_equal(got, want.numpy())

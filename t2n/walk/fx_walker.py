@@ -20,6 +20,7 @@ import re
 
 import torch
 
+from t2n import dtypes
 from t2n.walk.builder import Graph, Tensor
 from t2n.errors import ConversionError
 from t2n.capture.torch_export import PREFIX
@@ -249,6 +250,16 @@ class FxWalker(WalkerCore):
                 out.sizes = [self._sym(d) for d in v.shape]
         call.in_strides = [_strides(a) for a in _schema_nodes(call.schema, call.node)]
         call.number_dtypes = [_python_dtype(v) for v in call.values]
+
+    def _conform(self, op: str, r, out):
+        """As the core's, but a quantized result keeps its dtype: torch.export's fake
+        kernels record ``quantize_per_tensor``'s result as float32 (a FakeTensor has no
+        quantized dtype), and a cast there would drop the quantization parameters, so the
+        ``dequantize`` after it would pass the integers through."""
+        if out is not None and isinstance(r, Tensor) and r.dtype in dtypes.QUANTIZED \
+                and out.dtype not in dtypes.QUANTIZED:
+            out = Out(r.dtype, out.sizes)
+        return super()._conform(op, r, out)
 
     def _argument(self, arg, value, user_mapping: bool):
         return self.g.computed(value) if isinstance(value, torch.dtype) else value
