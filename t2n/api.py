@@ -19,8 +19,7 @@ import torch
 from t2n import dtypes, extensions, passes
 from t2n import streaming as _stream
 from t2n.capture import model_io
-from t2n.capture.strategies import CHOICES as CAPTURE_NAMES, STRATEGIES, capture_order, \
-    fallback_note
+from t2n.capture.strategies import STRATEGIES, capture_order, capture_report, fallback_note
 from t2n.capture.trace import load_model
 from t2n.check import constant_outputs
 from t2n.check.compare import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
@@ -198,9 +197,9 @@ def _build(session, binding, output_names, dynamic_axes, stream_spec=None) -> _B
                 raise
             session.warnings.append(fallback_note(used, e, order[tried + 1]))
     session.captured_with = used
-    if capture_with == "auto":
-        session.extras.setdefault("report_lines", []).append(
-            f"capture: {used} ({CAPTURE_NAMES.get(used, used)})")
+    said = capture_report(capture_with, used)
+    if said:
+        session.extras.setdefault("report_lines", []).append(said)
     session.warnings += program.warnings
     found_names = program.output_names
     tracer_warnings = program.tracer_warnings

@@ -144,7 +144,8 @@ def test_max_pool1d_over_a_dynamic_axis():
 class QuantDequant(torch.nn.Module):
     def forward(self, x):
         q = torch.quantize_per_tensor(x, 0.0371, 57, torch.quint8)
-        return torch.dequantize(q), torch.dequantize(
+        return torch.dequantize(q), torch.dequantize(q.reshape(-1, 10).transpose(0, 1)), \
+            torch.dequantize(
             torch.quantize_per_tensor(x * 2.0, 1 / 127, 0, torch.qint8))
 
 

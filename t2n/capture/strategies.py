@@ -129,3 +129,10 @@ def fallback_note(failed: str, error: BaseException, used: str) -> str:
         why = why[:297] + "..."
     return (f"capture='auto': {CHOICES[failed]} failed ({type(error).__name__}: {why}); "
             f"captured with {CHOICES.get(used, used)}")
+
+
+def capture_report(asked: str, used: str) -> str | None:
+    """The report's line naming the capture used, when the user let t2n choose."""
+    if asked != "auto":
+        return None
+    return f"capture: {used} ({CHOICES.get(used, 'TorchScript')})"

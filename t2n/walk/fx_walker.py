@@ -25,7 +25,7 @@ from t2n.walk.builder import Graph, Tensor
 from t2n.errors import ConversionError
 from t2n.capture.torch_export import PREFIX
 from t2n.stopwatch import timed
-from t2n.walk.core import POISON, OpCall, Out, WalkerCore
+from t2n.walk.core import POISON, OpCall, Out, WalkerCore, _flat
 from t2n.walk.torchscript import _T2N_DIR, _TORCH_DIR, _Unsupported, _is_number, _is_symbolic
 
 # Python-level functions export records for size arithmetic
@@ -250,22 +250,29 @@ class FxWalker(WalkerCore):
                 out.sizes = [self._sym(d) for d in v.shape]
         call.in_strides = [_strides(a) for a in _schema_nodes(call.schema, call.node)]
         call.number_dtypes = [_python_dtype(v) for v in call.values]
-
-    def _conform(self, op: str, r, out):
-        """As the core's, but a quantized result keeps its dtype: torch.export's fake
-        kernels record ``quantize_per_tensor``'s result as float32 (a FakeTensor has no
-        quantized dtype), and a cast there would drop the quantization parameters, so the
-        ``dequantize`` after it would pass the integers through."""
-        if out is not None and isinstance(r, Tensor) and r.dtype in dtypes.QUANTIZED \
-                and out.dtype not in dtypes.QUANTIZED:
-            out = Out(r.dtype, out.sizes)
-        return super()._conform(op, r, out)
+        _quantized_outs(call)
 
     def _argument(self, arg, value, user_mapping: bool):
         return self.g.computed(value) if isinstance(value, torch.dtype) else value
 
 
 # ---------------------------------------------------------------------------- helpers
+def _quantized_outs(call) -> None:
+    """torch.export's fake tensors have no quantized dtype: it records
+    ``quantize_per_tensor``'s result, and that of every op reading a quantized tensor, as
+    float32. Conforming to that would cast the integers to float and drop their scale and
+    zero point (the ``dequantize`` after them would pass the integers through): the
+    quantizing op gets its ``dtype`` argument, the ops reading a quantized tensor (but
+    ``dequantize``, whose float32 is right) keep the dtype their mapping gives."""
+    if call.name == "quantize_per_tensor" and isinstance(call.values[3], torch.dtype):
+        call.outs[0].dtype = call.values[3]
+    elif call.name != "dequantize" and any(
+            isinstance(x, Tensor) and x.dtype in dtypes.QUANTIZED for x in _flat(call.values)):
+        for out in call.outs:
+            if out is not None and out.dtype not in dtypes.QUANTIZED:
+                out.dtype = None
+
+
 def _schema_args(schema, args: list, kwargs: dict) -> list:
     """Every argument of ``schema`` in order: given positionally, by name, or its default."""
     out = []
