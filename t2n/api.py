@@ -19,7 +19,7 @@ import torch
 from t2n import dtypes, extensions, passes
 from t2n import streaming as _stream
 from t2n.capture import model_io
-from t2n.capture.strategies import capture_strategy
+from t2n.capture.strategies import STRATEGIES, capture_order, capture_report, fallback_note
 from t2n.capture.trace import load_model
 from t2n.check import constant_outputs
 from t2n.check.compare import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
@@ -108,7 +108,7 @@ def _result(f: str, built, work: str, size: int, started: float) -> ExportResult
         export_seconds=time.perf_counter() - started,
         warnings=list(session.warnings) + [f"tracer: {w.splitlines()[0]}"
                                            for w in built.tracer_warnings],
-        extras=dict(session.extras))
+        extras=dict(session.extras), capture=session.captured_with)
     if session.storage:
         from t2n.check.compressed import rounded_copy
 
@@ -188,26 +188,22 @@ def _build(session, binding, output_names, dynamic_axes, stream_spec=None) -> _B
     least = _symbol_minimums(dynamic_axes, symbols, args) if dynamic_axes else {}
     spec = _stream.resolve(*stream_spec, symbols, args, in_names) if stream_spec else None
     session.streaming = spec
-    program = capture_strategy(capture_with, model, binding).capture(model, binding, symbols,
-                                                                     in_names)
-    g = Graph(session)
-    g.symbol_maxima = _symbol_maxima(dynamic_axes) if dynamic_axes else {}
-    inputs = []
-    for i, (name, a) in enumerate(zip(in_names, args)):
-        if not dtypes.supported(g.computed(a.dtype)):
-            hint = ("pass torch.view_as_real(...) and call torch.view_as_complex inside the "
-                    "model" if a.dtype.is_complex else
-                    "convert it to float32 or float16 before export")
-            raise UsageError(f"input {name} has dtype {a.dtype}, which tract cannot take "
-                             f"({hint})")
-        shape = list(a.shape)
-        for axis, sym in symbols.get(i, {}).items():
-            shape[axis] = _sym(sym)
-            g.add_symbol(sym, minimum=least[sym])
-        inputs.append(g.add_input(name, shape, g.computed(a.dtype)))
-
-    outs = program.walk(g, inputs, {i: {axis: _sym(name) for axis, name in axes.items()}
-                                    for i, axes in symbols.items()})
+    order = capture_order(capture_with, model, binding)
+    for tried, used in enumerate(order):
+        try:
+            g, inputs, outs, program = _capture_walk(session, used, binding, in_names, symbols,
+                                                     least, dynamic_axes)
+            break
+        except Exception as e:  # capture="auto": the next capture, saying why in one line
+            if tried + 1 == len(order):
+                for note in session.warnings[-tried:] if tried else ():
+                    e.add_note(note)
+                raise
+            session.warnings.append(fallback_note(used, e, order[tried + 1]))
+    session.captured_with = used
+    said = capture_report(capture_with, used)
+    if said:
+        session.extras.setdefault("report_lines", []).append(said)
     session.warnings += program.warnings
     found_names = program.output_names
     tracer_warnings = program.tracer_warnings
@@ -229,6 +225,32 @@ def _build(session, binding, output_names, dynamic_axes, stream_spec=None) -> _B
         _stream.refusals(g, spec)
     return _Built(g, binding, inputs, handles, out_names, tracer_warnings,
                   _stream.stream_axes(spec, symbols, len(args)) if spec else None)
+
+
+def _capture_walk(session, capture: str, binding, in_names, symbols, least, dynamic_axes):
+    """One capture of the model and the walk of its program into a new graph:
+    (graph, its inputs, the model's outputs, the captured program)."""
+    model, args = session.model, binding.tensors
+    program = STRATEGIES[capture].capture(model, binding, symbols, in_names)
+    g = Graph(session)
+    g.symbol_maxima = _symbol_maxima(dynamic_axes) if dynamic_axes else {}
+    inputs = []
+    for i, (name, a) in enumerate(zip(in_names, args)):
+        if not dtypes.supported(g.computed(a.dtype)):
+            hint = ("pass torch.view_as_real(...) and call torch.view_as_complex inside the "
+                    "model" if a.dtype.is_complex else
+                    "convert it to float32 or float16 before export")
+            raise UsageError(f"input {name} has dtype {a.dtype}, which tract cannot take "
+                             f"({hint})")
+        shape = list(a.shape)
+        for axis, sym in symbols.get(i, {}).items():
+            shape[axis] = _sym(sym)
+            g.add_symbol(sym, minimum=least[sym])
+        inputs.append(g.add_input(name, shape, g.computed(a.dtype)))
+
+    outs = program.walk(g, inputs, {i: {axis: _sym(name) for axis, name in axes.items()}
+                                    for i, axes in symbols.items()})
+    return g, inputs, outs, program
 
 
 def export_graph(model, args, *, input_names=None, output_names=None, dynamic_axes=None,

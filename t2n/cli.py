@@ -213,8 +213,9 @@ class TableChoice(click.Choice):
                    "(standard NNEF 1.0.5, checked with nnef-tools).")
 @click.option("--capture", default="trace", show_default=True,
               type=TableChoice("t2n.capture.strategies:CHOICES"),
-              help="Front end: torch.jit.trace, or torch.export (data-dependent control "
-                   "flow is an error instead of being frozen).")
+              help="Front end: torch.jit.trace, torch.export (data-dependent control "
+                   "flow is an error instead of being frozen), or auto (torch.export, "
+                   "else the trace, saying why).")
 @_EXTENSION_OPTION
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")

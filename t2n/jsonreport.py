@@ -21,6 +21,7 @@ def result_dict(result) -> dict:
         "export_seconds": round(result.export_seconds, 3),
         "phase_seconds": {k: round(v, 4) for k, v in
                           (getattr(result, "phase_seconds", None) or {}).items()},
+        "capture": getattr(result, "capture", None),
         "warnings": list(result.warnings),
         "weights": result.extras.get("weights"),
         "weights_error": {name: {k: _num(v) for k, v in errs.items()} for name, errs in

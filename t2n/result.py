@@ -41,6 +41,7 @@ class ExportResult:
     extras: dict = field(default_factory=dict)
     stream: object = None  # t2n.streaming.StreamReport of a streaming export, else None
     phase_seconds: dict[str, float] = field(default_factory=dict)  # t2n.stopwatch
+    capture: str | None = None  # the capture used: "trace", "export", "torchscript"
     _rounded: object = field(default=None, repr=False, compare=False)
 
     def rounded_model(self):

@@ -77,7 +77,8 @@ class ExportSession:
 
     model: Any = None  # the user's model: read, never modified
     args: tuple = ()  # the example inputs
-    capture: str = "trace"  # the capture strategy (t2n.capture)
+    capture: str = "trace"  # the capture asked for (t2n.capture.strategies.CHOICES)
+    captured_with: str | None = None  # the one that captured the model ("auto": either)
     options: dict = field(default_factory=dict)  # the passes' options (t2n.passes)
     target: Target = TARGETS["tract"]
     weights: WeightFormat = WEIGHT_FORMATS["f32"]

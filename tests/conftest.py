@@ -126,6 +126,30 @@ def capture(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(autouse=True)
+def _suite_capture(monkeypatch):
+    """``T2N_TEST_CAPTURE=export`` (or ``auto``) runs a suite through that capture: every
+    ``t2n.export`` / ``export_graph`` call that does not choose a capture itself gets it (as
+    CI runs the model suites with the capture that is to become the default). A test that
+    names its capture, and the ``capture`` fixture's two runs, keep theirs."""
+    chosen = os.environ.get("T2N_TEST_CAPTURE")
+    if not chosen:
+        return
+    import t2n
+    import t2n.api as api
+
+    def defaulting(fn):
+        def call(*args, **kwargs):
+            kwargs.setdefault("capture", chosen)
+            return fn(*args, **kwargs)
+        return call
+
+    for name in ("export", "export_graph"):
+        wrapped = defaulting(getattr(api, name))
+        monkeypatch.setattr(api, name, wrapped)
+        monkeypatch.setattr(t2n, name, wrapped, raising=False)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_tract_child_per_test_process():
     """Every check of the suite (``export(check=True)``, all its input sets), and the load

@@ -81,7 +81,8 @@ STRATEGIES = {"trace": Trace(), "torchscript": SavedTorchScript(), "export": Exp
 
 
 # what a user chooses (capture=, --capture): "torchscript" is picked for ScriptModules
-CHOICES = {"trace": "torch.jit.trace", "export": "torch.export"}
+CHOICES = {"trace": "torch.jit.trace", "export": "torch.export",
+           "auto": "torch.export, else torch.jit.trace saying why"}
 
 
 def check_capture(capture) -> str:
@@ -94,10 +95,44 @@ def check_capture(capture) -> str:
     return capture
 
 
-def capture_strategy(capture: str, model, binding=None):
-    """The strategy for ``capture=`` ("trace" or "export"): a ScriptModule called
-    positionally is read as it is saved rather than traced."""
+def resolve_capture(capture: str, model, binding=None) -> str:
+    """The strategy's name for ``capture=`` ("trace" or "export"): a ScriptModule called
+    positionally is read as it is saved ("torchscript") rather than traced."""
     if capture == "trace" and isinstance(model, torch.jit.ScriptModule) \
             and not (binding is not None and binding.keywords):
         capture = "torchscript"
-    return STRATEGIES[capture]
+    return capture
+
+
+def capture_strategy(capture: str, model, binding=None):
+    """The strategy for ``capture=`` ("trace" or "export"); see :func:`resolve_capture`."""
+    return STRATEGIES[resolve_capture(capture, model, binding)]
+
+
+def capture_order(capture: str, model, binding=None) -> list[str]:
+    """The captures to try, in order. ``"auto"``: torch.export, and the trace when it fails
+    (:func:`fallback_note` says why); a ScriptModule or a function, which torch.export does
+    not take, goes straight to the trace (a ScriptModule: its own graph)."""
+    if capture != "auto":
+        return [resolve_capture(capture, model, binding)]
+    if not isinstance(model, torch.nn.Module) or isinstance(model, torch.jit.ScriptModule):
+        return [resolve_capture("trace", model, binding)]
+    return ["export", "trace"]
+
+
+def fallback_note(failed: str, error: BaseException, used: str) -> str:
+    """One line: why ``failed`` did not capture the model and which capture did."""
+    from t2n.specs import first_line
+
+    why = first_line(error) or type(error).__name__
+    if len(why) > 300:
+        why = why[:297] + "..."
+    return (f"capture='auto': {CHOICES[failed]} failed ({type(error).__name__}: {why}); "
+            f"captured with {CHOICES.get(used, used)}")
+
+
+def capture_report(asked: str, used: str) -> str | None:
+    """The report's line naming the capture used, when the user let t2n choose."""
+    if asked != "auto":
+        return None
+    return f"capture: {used} ({CHOICES.get(used, 'TorchScript')})"

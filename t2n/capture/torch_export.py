@@ -18,7 +18,9 @@ import torch
 from t2n.capture import model_io
 from t2n.walk import registry
 from t2n.errors import TraceError, UsageError
+from t2n.capture.inplace_ops import functionalize_simple_writes
 from t2n.capture.model_mode import eval_mode
+from t2n.capture.leaf_ops import Leaves
 from t2n.stopwatch import timed
 
 
@@ -47,6 +49,19 @@ class _Flat(torch.nn.Module):
 
 
 PREFIX = "model."  # state_dict names of the wrapped model inside _Flat
+
+
+def _distinct(tensors) -> tuple:
+    """The example inputs with a tensor given twice (one object as two inputs) copied:
+    torch.export reads one object passed twice as one input, so the graph would use only
+    the last placeholder and an archive run with two different inputs there would compute
+    from one of them."""
+    seen: set[int] = set()
+    out = []
+    for t in tensors:
+        out.append(t.clone() if id(t) in seen else t)
+        seen.add(id(t))
+    return tuple(out)
 
 
 def _dynamic_shapes(n: int, symbols: dict[int, dict[int, str]]):
@@ -91,6 +106,23 @@ def _decompositions_of_unmapped() -> dict:
             and registry.lookup(op._schema.name.split("::", 1)[1]) is None}
 
 
+def _may_need_lowering(ep) -> bool:
+    """Whether :func:`_needs_lowering` can be true: an aten op without a mapping, an op
+    that mutates its inputs or a higher-order op is called (most programs call none, and
+    need no decomposition table)."""
+    for n in ep.graph.nodes:
+        t = n.target
+        if n.op != "call_function":
+            continue
+        if isinstance(t, torch._ops.HigherOrderOperator):
+            return True
+        if isinstance(t, torch._ops.OpOverload) and (t._schema.is_mutable or (
+                t.namespace == "aten"
+                and registry.lookup(t._schema.name.split("::", 1)[1]) is None)):
+            return True
+    return False
+
+
 def _needs_lowering(ep, table: dict) -> bool:
     """Whether ``run_decompositions`` would change the program: an op of ``table`` (an op
     t2n does not map) or an op that mutates its inputs (functionalised by it) is called, or
@@ -119,10 +151,11 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
         warnings.simplefilter("ignore")
         try:
             flat = _Flat(model, binding)
-            ep = torch.export.export(
-                flat, tuple(binding.tensors),
-                dynamic_shapes=_dynamic_shapes(len(binding.tensors), symbols)
-                if symbols else None)
+            with Leaves():
+                ep = torch.export.export(
+                    flat, _distinct(binding.tensors),
+                    dynamic_shapes=_dynamic_shapes(len(binding.tensors), symbols)
+                    if symbols else None)
         except Exception as e:  # torch.export's own diagnosis, as one clear line
             raise _export_error(e, symbols, input_names, binding.tensors) from e
         frozen, ranges = _frozen_axes(ep, symbols, input_names)
@@ -133,9 +166,11 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
         # one re-trace: functionalise, and decompose the ops t2n does not map (the
         # decompositions apply recursively, to the unmapped ops they emit too). Each
         # run_decompositions re-traces the whole program: most of an export's time.
-        table = _decompositions_of_unmapped()
-        if _needs_lowering(ep, table):
-            ep = ep.run_decompositions(table)
+        functionalize_simple_writes(ep.graph)  # relu_ -> relu where no one can tell
+        if _may_need_lowering(ep):  # the table costs a walk of torch's decompositions
+            table = _decompositions_of_unmapped()
+            if _needs_lowering(ep, table):
+                ep = ep.run_decompositions(table)
     ep.t2n_ranges = ranges  # the sizes the model is valid for, said in the report
     ep.t2n_output_names = flat.names()
     return ep

@@ -20,11 +20,12 @@ import re
 
 import torch
 
+from t2n import dtypes
 from t2n.walk.builder import Graph, Tensor
 from t2n.errors import ConversionError
 from t2n.capture.torch_export import PREFIX
 from t2n.stopwatch import timed
-from t2n.walk.core import POISON, OpCall, Out, WalkerCore
+from t2n.walk.core import POISON, OpCall, Out, WalkerCore, _flat
 from t2n.walk.torchscript import _T2N_DIR, _TORCH_DIR, _Unsupported, _is_number, _is_symbolic
 
 # Python-level functions export records for size arithmetic
@@ -40,6 +41,9 @@ _PY_FUNCS = {
 _IGNORED = {"_assert_scalar", "_assert_tensor_metadata", "sym_constrain_range_for_size",
             "sym_constrain_range", "_assert_async", "_functional_assert_async",
             "_functional_sym_constrain_range", "_functional_sym_constrain_range_for_size"}
+# namespaces read as aten: t2n's own leaves of a capture (t2n/capture/leaf_ops.py)
+# have the schema of the aten op of their name
+_ATEN_LIKE = ("aten", "t2n")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
@@ -102,6 +106,9 @@ class FxWalker(WalkerCore):
         else:
             raise ConversionError("placeholder", f"{spec.kind.name} inputs are not supported")
         value = value.detach()
+        if spec.kind == InputKind.CONSTANT_TENSOR and node.users and all(
+                u.target is torch.ops.aten.lift_fresh_copy.default for u in node.users):
+            return value  # a torch.tensor(...) of forward: a constant, as the trace's
         label = spec.target.removeprefix(PREFIX)  # the user's own state_dict name
         self._label(value, label)
         return value
@@ -155,7 +162,7 @@ class FxWalker(WalkerCore):
             return
         op = _op_name(target)
         short = op.split("::", 1)[1] if isinstance(target, torch._ops.OpOverload) \
-            and target.namespace == "aten" else op
+            and target.namespace in _ATEN_LIKE else op
         self.env[node] = self._guarded(op, short, where,
                                        lambda: self._call(node, target, args, kwargs, where))
 
@@ -175,8 +182,10 @@ class FxWalker(WalkerCore):
 
     def _aten(self, node, target, args: list, kwargs: dict, where):
         schema = target._schema
-        # aten ops by their name, ops of other libraries (torch_nn::...) by their qualified name
-        name = schema.name.split("::", 1)[1] if target.namespace == "aten" else schema.name
+        # aten ops by their name, ops of other libraries (torch_nn::...) by their qualified
+        # name; t2n's capture leaves (t2n::lstm ...) are the aten op of their name
+        name = schema.name.split("::", 1)[1] if target.namespace in _ATEN_LIKE \
+            else schema.name
         if name in _IGNORED:
             return None
         values = _schema_args(schema, args, kwargs)
@@ -241,12 +250,29 @@ class FxWalker(WalkerCore):
                 out.sizes = [self._sym(d) for d in v.shape]
         call.in_strides = [_strides(a) for a in _schema_nodes(call.schema, call.node)]
         call.number_dtypes = [_python_dtype(v) for v in call.values]
+        _quantized_outs(call)
 
     def _argument(self, arg, value, user_mapping: bool):
         return self.g.computed(value) if isinstance(value, torch.dtype) else value
 
 
 # ---------------------------------------------------------------------------- helpers
+def _quantized_outs(call) -> None:
+    """torch.export's fake tensors have no quantized dtype: it records
+    ``quantize_per_tensor``'s result, and that of every op reading a quantized tensor, as
+    float32. Conforming to that would cast the integers to float and drop their scale and
+    zero point (the ``dequantize`` after them would pass the integers through): the
+    quantizing op gets its ``dtype`` argument, the ops reading a quantized tensor (but
+    ``dequantize``, whose float32 is right) keep the dtype their mapping gives."""
+    if call.name == "quantize_per_tensor" and isinstance(call.values[3], torch.dtype):
+        call.outs[0].dtype = call.values[3]
+    elif call.name != "dequantize" and any(
+            isinstance(x, Tensor) and x.dtype in dtypes.QUANTIZED for x in _flat(call.values)):
+        for out in call.outs:
+            if out is not None and out.dtype not in dtypes.QUANTIZED:
+                out.dtype = None
+
+
 def _schema_args(schema, args: list, kwargs: dict) -> list:
     """Every argument of ``schema`` in order: given positionally, by name, or its default."""
     out = []
