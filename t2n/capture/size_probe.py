@@ -162,8 +162,17 @@ def _culprits(retrace, args, symbols, trial, base) -> dict[str, int]:
     return found or trial
 
 
+_PLUMBING = ("prim::Constant", "prim::ListConstruct", "prim::TupleConstruct")
+
+
+def _first_op(sig, i: int):
+    """The first node from ``i`` on that is an op rather than a constant or a list."""
+    return next((n for _, _, n in sig[i:] if n.kind() not in _PLUMBING), None)
+
+
 def _refuse(base, other, i: int, sizes: dict[str, int], culprits: dict[str, int]):
     node = (base[i] if i < len(base) else other[i])[2]
+    op = _first_op(base, i) or _first_op(other, i) or node
     here = source_line(node) if i < len(base) else None
     there = source_line(other[i][2]) if i < len(other) else None
     probe = " ".join(f"{s}={n}" for s, n in culprits.items())
@@ -174,7 +183,7 @@ def _refuse(base, other, i: int, sizes: dict[str, int], culprits: dict[str, int]
     names = ", ".join(culprits)
     at = ", ".join(f"{s}={sizes[s]} and {s}={n}" for s, n in culprits.items())
     raise ConversionError(
-        node.kind(),
+        op.kind(),
         f"the traced graph changes with the size of dynamic axis {names} (traced at {at}): "
         "the model's Python reads that size as a number (a loop over range(...) of it, a "
         "branch on it, a split into a number of pieces computed from it), which the trace "
