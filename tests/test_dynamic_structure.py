@@ -68,7 +68,7 @@ def test_the_trace_refuses_a_graph_that_changes_with_the_size(model, tmp_path):
         assert _line(Loop, "LOOP LINE") in str(e.value)
     if isinstance(model, Branch):
         assert _line(Branch, "EXAMPLE LINE") in str(e.value)
-        assert _line(Branch, "BRANCH LINE") + " at S=129" in str(e.value)
+        assert _line(Branch, "BRANCH LINE") + " at S=137" in str(e.value)
 
 
 def test_a_chunk_count_from_the_size_is_refused_by_the_walk_first(tmp_path):
@@ -117,8 +117,9 @@ def test_the_qwen3_next_gated_delta_net_is_refused_with_a_dynamic_length(tmp_pat
     assert "modeling_qwen3_next.py:" in str(e.value)
 
 
-def test_probe_sizes_reach_past_a_chunk_of_128_within_the_bounds():
-    assert size_probe.probe_sizes(8, 1, None) == [129, 25, 16, 9]
+def test_probe_sizes_reach_past_a_chunk_of_129_within_the_bounds():
+    assert size_probe.probe_sizes(8, 1, None) == [137, 25, 16, 9]
+    assert size_probe.probe_sizes(512, 1, None) == [641, 1537, 1024, 513]
     assert size_probe.probe_sizes(2, 1, None) == [7, 4, 3]  # a batch: 3n + 1
     assert size_probe.probe_sizes(8, 1, 20) == [20, 16, 9]
     assert size_probe.probe_sizes(0, 0, 512) == [1]

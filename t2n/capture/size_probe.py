@@ -10,8 +10,8 @@ tracer warnings come also from harmless code (BERT's mask checks), so the warnin
 decide.
 
 What decides is the graph itself: when dynamic axes are given, the model is traced once
-more with every dynamic axis at another size (:func:`probe_sizes`: three times the
-example's and at least 129 for a length, within the user's bounds), and the two graphs are compared node by node (op
+more with every dynamic axis at another size (:func:`probe_sizes`: 129 more for a length,
+three times the example's for a batch, within the user's bounds), and the two graphs are compared node by node (op
 kinds and constant values: a size the trace read as a number shows up as a changed
 constant or a changed op sequence). Any difference refuses the export, naming the
 symbol(s) and the source line of the first node that differs. A graph that reads its
@@ -28,18 +28,18 @@ import torch
 from t2n.errors import ConversionError, T2NError
 
 
-FAR = 129  # a length axis is probed at least this long: chunk loops of up to 128 change count
+FAR = 129  # a length is probed this much longer: chunk loops of up to 129 change count
 _BATCH_LIKE = 2  # an axis this small in the example (a batch) is probed at 3n + 1 only
 
 
 def probe_sizes(n: int, least: int, most: int | None) -> list[int]:
     """Sizes to trace a dynamic axis of example size ``n`` at, best first, within [least,
-    most]: far from the example (``3n + 1``, and at least :data:`FAR` for an axis longer
-    than a batch: a loop over ``ceil(n / k)`` chunks, Qwen3-Next's chunks of 64, changes
-    count for every ``k`` below the probe size; odd, so a parity branch flips too), then
-    ``3n + 1``, ``2n`` and ``n + 1`` for a model that rejects longer inputs (a position
-    table)."""
-    far = 3 * n + 1 if n <= _BATCH_LIKE else max(3 * n + 1, FAR)
+    most]: ``n + 129`` for an axis longer than a batch (a loop over ``ceil(n / k)`` chunks,
+    Qwen3-Next's chunks of 64, changes count for every ``k`` up to 129; odd, so a parity
+    branch flips too; longer only by a constant, so the trace's compute stays near the
+    example's), ``3n + 1`` for a batch, then ``3n + 1``, ``2n`` and ``n + 1`` for a model
+    that rejects longer inputs (a position table)."""
+    far = 3 * n + 1 if n <= _BATCH_LIKE else n + FAR
     out = []
     for c in (far, 3 * n + 1, 2 * n, n + 1):
         if most is not None:
