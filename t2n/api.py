@@ -231,9 +231,11 @@ def _capture_walk(session, capture: str, binding, in_names, symbols, least, dyna
     """One capture of the model and the walk of its program into a new graph:
     (graph, its inputs, the model's outputs, the captured program)."""
     model, args = session.model, binding.tensors
-    program = STRATEGIES[capture].capture(model, binding, symbols, in_names)
+    most = _symbol_maxima(dynamic_axes) if dynamic_axes else {}
+    program = STRATEGIES[capture].capture(model, binding, symbols, in_names,
+                                          bounds=(least, most))
     g = Graph(session)
-    g.symbol_maxima = _symbol_maxima(dynamic_axes) if dynamic_axes else {}
+    g.symbol_maxima = most
     inputs = []
     for i, (name, a) in enumerate(zip(in_names, args)):
         if not dtypes.supported(g.computed(a.dtype)):
@@ -244,11 +246,12 @@ def _capture_walk(session, capture: str, binding, in_names, symbols, least, dyna
                              f"({hint})")
         shape = list(a.shape)
         for axis, sym in symbols.get(i, {}).items():
-            shape[axis] = _sym(sym)
+            shape[axis] = _sym(sym, least[sym])
             g.add_symbol(sym, minimum=least[sym])
         inputs.append(g.add_input(name, shape, g.computed(a.dtype)))
 
-    outs = program.walk(g, inputs, {i: {axis: _sym(name) for axis, name in axes.items()}
+    outs = program.walk(g, inputs, {i: {axis: _sym(name, least[name])
+                                        for axis, name in axes.items()}
                                     for i, axes in symbols.items()})
     return g, inputs, outs, program
 
@@ -267,10 +270,11 @@ def export_graph(model, args, *, input_names=None, output_names=None, dynamic_ax
                   (streaming, None) if streaming is not None else None).graph
 
 
-def _sym(name: str):
-    import sympy
+def _sym(name: str, least: int = 1):
+    """The sympy symbol of a dynamic axis (nonnegative when it may be 0)."""
+    from t2n.walk import dynamic
 
-    return sympy.Symbol(name, integer=True, positive=True)
+    return dynamic.symbol(name, least)
 
 
 def check_archive(path: str, model, args, out_names: list[str], rtol: float = DEFAULT_RTOL,

@@ -40,7 +40,8 @@ class Program:
 class Trace:
     """``torch.jit.trace`` on the example inputs, read as TorchScript."""
 
-    def capture(self, model, binding, symbols, input_names) -> Program:
+    def capture(self, model, binding, symbols, input_names, bounds=None) -> Program:
+        """``bounds``: ({symbol: least size}, {symbol: most size}) of the dynamic axes."""
         captured = trace.capture(model, binding.tensors, binding)
         if captured.n_inputs != len(binding.tensors):
             raise UsageError(f"the traced model takes {captured.n_inputs} tensor input(s), "
@@ -49,9 +50,26 @@ class Trace:
         def walk(g, inputs, _symbols):
             walker = Walker(g, captured.root, {})
             walker.path_prefix = captured.path_prefix
-            return walker.run(captured.graph, inputs)
+            outs = walker.run(captured.graph, inputs)
+            # after the walk: its refusals name the op and the condition more precisely
+            if symbols and not isinstance(model, torch.jit.ScriptModule):
+                self._probe(model, binding, captured, symbols, bounds or ({}, {}))
+            return outs
 
         return Program(walk, captured.output_names, list(captured.tracer_warnings))
+
+
+    @staticmethod
+    def _probe(model, binding, captured, symbols, bounds):
+        """Refuse a trace whose graph changes with a dynamic axis' size
+        (:mod:`t2n.capture.size_probe`)."""
+        from t2n.capture import size_probe
+        from t2n.stopwatch import phase
+
+        with phase("size probe"):
+            size_probe.check_structure(
+                captured.graph, lambda tensors: trace.trace_graph(model, binding, tensors),
+                binding.tensors, symbols, *bounds)
 
 
 class SavedTorchScript(Trace):
@@ -62,10 +80,10 @@ class SavedTorchScript(Trace):
 class Export:
     """``torch.export`` with the dynamic axes as Dims, read as FX."""
 
-    def capture(self, model, binding, symbols, input_names) -> Program:
+    def capture(self, model, binding, symbols, input_names, bounds=None) -> Program:
         from t2n.capture.torch_export import capture_export
 
-        program = capture_export(model, binding, symbols, input_names)
+        program = capture_export(model, binding, symbols, input_names, bounds)
 
         def walk(g, inputs, sym_handles):
             from t2n.walk.fx_walker import FxWalker

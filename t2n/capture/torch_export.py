@@ -98,6 +98,44 @@ def _frozen_axes(ep, symbols, input_names) -> tuple[list[str], list[str]]:
     return frozen, ranges
 
 
+def _refuse_specialised(ep, model, binding, symbols, bounds) -> None:
+    """torch.export's guards that pin a dynamic axis to sizes the user did not ask for
+    (:mod:`t2n.capture.export_guards`)."""
+    from t2n.capture import export_guards
+    from t2n.capture.size_probe import resized
+
+    most = bounds[1]
+    names, hints = _export_symbols(ep, symbols, binding.tensors)
+    def run(sizes):
+        tensors = list(binding.tensors)
+        for i, axes in symbols.items():
+            for axis, name in axes.items():
+                if name in sizes:
+                    tensors[i] = resized(tensors[i], axis, sizes[name])
+        binding.call(model, tuple(tensors))
+
+    export_guards.refuse_narrow_guards(ep, names, hints, most, run)
+    export_guards.refuse_specialised_ranges(ep, names, most, run)
+
+
+def _export_symbols(ep, symbols, tensors) -> tuple[dict, dict]:
+    """({export's size symbol: t2n symbol name}, {export's size symbol: example size})."""
+    from torch.export.graph_signature import InputKind
+
+    users = [n for n, s in zip([n for n in ep.graph.nodes if n.op == "placeholder"],
+                               ep.graph_signature.input_specs)
+             if s.kind == InputKind.USER_INPUT]
+    names, hints = {}, {}
+    for i, axes in symbols.items():
+        shape = users[i].meta["val"].shape
+        for axis, name in axes.items():
+            d = shape[axis]
+            if isinstance(d, torch.SymInt) and d.node.expr.is_symbol:
+                names[d.node.expr] = name
+                hints[d.node.expr] = int(tensors[i].shape[axis])
+    return names, hints
+
+
 def _decompositions_of_unmapped() -> dict:
     """torch.export's default decompositions of the aten ops t2n has no mapping for (an op
     t2n maps reaches the walker as it is, as on the trace path)."""
@@ -141,7 +179,8 @@ def _needs_lowering(ep, table: dict) -> bool:
 
 
 @timed("capture")
-def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_names):
+def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_names,
+                   bounds=None):
     """The ``ExportedProgram`` of ``model`` called as ``binding`` says (eval mode, no grad),
     functionalised, with decompositions applied to the ops t2n does not map."""
     if not isinstance(model, torch.nn.Module) or isinstance(model, torch.jit.ScriptModule):
@@ -163,6 +202,8 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
             raise UsageError("the model fixes dynamic axes to their example size (torch."
                              "export guards on them): " + ", ".join(frozen) + "; export "
                              "them static, or change the code that needs the fixed size")
+        if symbols:
+            _refuse_specialised(ep, model, binding, symbols, bounds or ({}, {}))
         # one re-trace: functionalise, and decompose the ops t2n does not map (the
         # decompositions apply recursively, to the unmapped ops they emit too). Each
         # run_decompositions re-traces the whole program: most of an export's time.

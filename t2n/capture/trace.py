@@ -160,6 +160,23 @@ def capture(model, args, binding=None) -> Captured:
     return Captured(graph, root, n_inputs, collected, script_names)
 
 
+def trace_graph(model, binding, tensors):
+    """The inlined graph of ``model`` (a Python module) traced on ``tensors`` bound as
+    ``binding`` says, warnings swallowed: the second trace of
+    :mod:`t2n.capture.size_probe`, compared with the export's own."""
+    from t2n.capture import model_io
+
+    binding = model_io.Binding(tuple(tensors), binding.names, binding.n_positional)
+    with eval_mode(model), torch.no_grad(), warnings.catch_warnings(), \
+            _mha_fastpath_off(), inline_autograd_functions():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(model_io.Adapter(model, binding), binding.tensors,
+                                 check_trace=False, strict=False)
+    graph = traced.inlined_graph
+    torch._C._jit_pass_dce(graph)
+    return graph
+
+
 def _names_or_none(result):
     from t2n.capture import model_io
 

@@ -17,7 +17,11 @@ global RNGs of torch and NumPy are not touched):
   lists); sorted, from the example's first to its last value, when the example is sorted
   (offsets);
 * bools at random;
-* every dynamic axis also at another size (:meth:`FreshInputs.size_candidates`).
+* every dynamic axis also at another size near the example's
+  (:meth:`FreshInputs.size_candidates`) and at one far from it
+  (:meth:`FreshInputs.far_candidates`: 3n + 1, else 2n, within the user's most size), so a
+  count the trace froze (a loop over ``range(S // 4)``) shows even when the near size
+  keeps it.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ class FreshInputs:
     """The fresh sets of one export: ``args`` are the example inputs, ``shapes`` the
     archive's input shapes (a sympy symbol on each dynamic axis)."""
 
-    def __init__(self, args, shapes, int_range=None, seed: int = 0, names=None):
+    def __init__(self, args, shapes, int_range=None, seed: int = 0, names=None, most=None):
         self.args = tuple(args)
+        self.most = dict(most or {})  # symbol -> the user's most size
         self.shapes = [list(s) for s in shapes]
         # per input: its [lo, hi) (one pair for all, or {input name: pair}), else None
         if isinstance(int_range, dict):
@@ -50,11 +55,12 @@ class FreshInputs:
                     self.symbols[name] = int(a.shape[axis])
 
     @classmethod
-    def of_export(cls, args, inputs, check) -> "FreshInputs":
+    def of_export(cls, args, inputs, check, most=None) -> "FreshInputs":
         """The fresh sets of an export's check: ``inputs`` are the graph's input handles,
-        ``check`` the session's CheckSettings (``int_range``, ``seed``)."""
+        ``check`` the session's CheckSettings (``int_range``, ``seed``), ``most`` the
+        symbols' most sizes."""
         return cls(args, [t.shape for t in inputs], check.int_range, check.seed or 0,
-                   names=[t.name for t in inputs])
+                   names=[t.name for t in inputs], most=most)
 
     def same_shapes(self) -> tuple[str, tuple]:
         """("fresh", new values of the example's shapes)."""
@@ -68,6 +74,21 @@ class FreshInputs:
         one sequence length)."""
         per = {s: _sizes(n) for s, n in self.symbols.items()}
         per = {s: c for s, c in per.items() if c}
+        if not per:
+            return []
+        tries = max(len(c) for c in per.values())
+        return [{s: c[min(k, len(c) - 1)] for s, c in per.items()} for k in range(tries)]
+
+    def far_candidates(self) -> list[dict[str, int]]:
+        """Sizes far from the example, in order (3n + 1, then 2n, each at most the
+        symbol's most size and above n + 1), tried after the near one."""
+        per = {}
+        for s, n in self.symbols.items():
+            top = self.most.get(s)
+            c = [min(k, top) if top is not None else k for k in (3 * n + 1, 2 * n)]
+            c = [k for i, k in enumerate(c) if k > n + 1 and k not in c[:i]]
+            if c:
+                per[s] = c
         if not per:
             return []
         tries = max(len(c) for c in per.values())

@@ -97,16 +97,18 @@ def check_sets(path: str, model, sets: list[InputSet], out_names: list[str], *, 
 
 def _fresh_sets(model, fresh, input_names):
     """(InputSet, PyTorch outputs or None) of each fresh set: the same shapes, then each
-    resized attempt up to the first one PyTorch accepts (those it rejects are reported
-    "not comparable")."""
+    resized attempt near the example's sizes up to the first one PyTorch accepts, then the
+    same far from them (those PyTorch rejects are reported "not comparable")."""
     name, tensors = fresh.same_shapes()
     yield _try(model, name, tensors, input_names)
-    for k, sizes in enumerate(fresh.size_candidates()):
-        name, tensors = fresh.resized(sizes, k)
-        s, ref = _try(model, name, tensors, input_names)
-        yield s, ref
-        if s.comparable:
-            return
+    near = fresh.size_candidates()
+    for group, first in ((near, 0), (fresh.far_candidates(), len(near))):
+        for k, sizes in enumerate(group):
+            name, tensors = fresh.resized(sizes, first + k)
+            s, ref = _try(model, name, tensors, input_names)
+            yield s, ref
+            if s.comparable:
+                break
 
 
 def _try(model, name, tensors, input_names):

@@ -76,7 +76,8 @@ def compare_rounded(work, session, built, result, constant) -> None:
     c = session.check
     done, cost = check_compressed(work, built.caller, built.graph, session.args,
                                   built.output_names, c.rtol, c.atol,
-                                  fresh=fresh_sets(session, session.args, built.inputs),
+                                  fresh=fresh_sets(session, session.args, built.inputs,
+                                                   built.graph.symbol_maxima),
                                   constant=constant)
     result.checks = done.checks
     result.extras["input_sets"] = [s.to_json() for s in done.sets]
@@ -97,7 +98,8 @@ def compare_in_engine(work, session, built, result, constant) -> None:
             work, reference, fed, built.output_names, rtol=c.rtol, atol=c.atol,
             target=session.target.name, input_names=built.binding.names,
             atol_for=quantization_steps(session, built.output_names, built.outputs),
-            fresh=fresh_sets(session, fed, built.inputs), constant=constant)
+            fresh=fresh_sets(session, fed, built.inputs, built.graph.symbol_maxima),
+            constant=constant)
     except TractError as e:  # the check loads the archive: name the op it refuses
         from t2n.check.load import with_op_named
 
@@ -131,13 +133,13 @@ def check_archive_sets(path: str, model, args, out_names: list[str], *, rtol: fl
                       fresh=fresh, constant=tuple(constant))
 
 
-def fresh_sets(session, args, inputs):
+def fresh_sets(session, args, inputs, most=None):
     """The check's fresh input sets (:mod:`t2n.check.fresh_inputs`), unless
-    ``fresh_inputs=False``."""
+    ``fresh_inputs=False``; ``most``: the symbols' most sizes."""
     from t2n.check.fresh_inputs import FreshInputs
 
-    return FreshInputs.of_export(args, inputs, session.check) if session.check.fresh_inputs \
-        else None
+    return FreshInputs.of_export(args, inputs, session.check, most) \
+        if session.check.fresh_inputs else None
 
 
 def quantization_steps(session, out_names, handles) -> dict[str, float]:

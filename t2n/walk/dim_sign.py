@@ -18,7 +18,7 @@ _MAX_FLOORS = 6  # 2**6 corners at most; beyond, no proof (the caller stays cons
 
 
 def known_nonnegative(expr) -> bool:
-    """True when ``expr`` (an int or sympy expression of positive integer symbols) is >= 0
+    """True when ``expr`` (an int or sympy expression of nonnegative integer symbols) is >= 0
     for every value of its symbols; False when that is not proven."""
     import sympy
 
@@ -42,8 +42,9 @@ def known_nonnegative(expr) -> bool:
 
 
 def _nonnegative_polynomial(expr) -> bool:
-    """sympy's answer, else: with every symbol ``s`` written ``1 + t`` (``t >= 0``; t2n's
-    symbols are positive), a polynomial whose coefficients are all >= 0 (``3*S - 1``)."""
+    """sympy's answer, else: with every positive symbol ``s`` written ``1 + t`` and every
+    other ``t`` (``t >= 0``; t2n's symbols are positive, or nonnegative when their axis may
+    be empty), a polynomial whose coefficients are all >= 0 (``3*S - 1``)."""
     import sympy
 
     if expr.is_nonnegative:
@@ -51,6 +52,9 @@ def _nonnegative_polynomial(expr) -> bool:
     syms = sorted(expr.free_symbols, key=sympy.default_sort_key)
     if not syms or not expr.is_polynomial(*syms):
         return False
-    shifted = sympy.expand(expr.xreplace({s: 1 + sympy.Dummy(nonnegative=True) for s in syms}))
+    if not all(s.is_nonnegative for s in syms):
+        return False  # a symbol of unknown sign: no proof
+    shifted = sympy.expand(expr.xreplace({s: (1 if s.is_positive else 0) +
+                                          sympy.Dummy(nonnegative=True) for s in syms}))
     return all(c.is_nonnegative for c in sympy.Poly(shifted, *shifted.free_symbols).coeffs()) \
         if shifted.free_symbols else bool(shifted >= 0)

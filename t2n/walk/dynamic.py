@@ -124,10 +124,15 @@ def check_consistent_symbols(symbols: dict[int, dict[int, str]], input_names: li
                 raise UsageError(f"symbol {sym!r} has the name of an input; pick another name")
 
 
-def symbol(name: str):
-    """The sympy symbol of a tract dimension symbol (a positive integer)."""
+def symbol(name: str, minimum: int = 1):
+    """The sympy symbol of a tract dimension symbol: a positive integer, or a nonnegative
+    one when the axis may be empty (``("P", 0)``). Proofs about sizes (a slice bound below
+    the length, a floor division of a nonnegative numerator) read these assumptions: a
+    ``P - 1 >= 0`` proven for a positive P would write a slice tract cannot run at P = 0."""
     import sympy
 
+    if minimum < 1:
+        return sympy.Symbol(name, integer=True, nonnegative=True)
     return sympy.Symbol(name, integer=True, positive=True)
 
 

@@ -253,7 +253,8 @@ MODELS = [
             dynamic={"input_ids": {0: "B", 1: "S"}}, more_sizes=((1, 9), (3, 8))),
     TfModel("qwen3_next", "state-space decoders",  # gated delta net + attention + MoE:
             # 64 x 64 unit-triangular solves per chunk. S stays static: the model loops over
-            # its chunks in Python (range(num_chunks)), which the trace unrolls
+            # its chunks in Python (range(num_chunks)), so a dynamic S is refused
+            # (tests/test_dynamic_structure.py)
             _lm("Qwen3NextModel", "Qwen3NextConfig", **dict(MOE, num_hidden_layers=2),
                 head_dim=8, linear_conv_kernel_dim=4, linear_key_head_dim=8,
                 linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4,

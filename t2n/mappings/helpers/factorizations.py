@@ -198,7 +198,19 @@ def apply_q(g, refl, taus, c, transpose):
 
 
 def info_out(g, info, batch):
-    """PyTorch's int32 ``info`` of shape ``batch`` from a kernel's ``[..., 1, 1]`` (0: none)."""
+    """PyTorch's int32 ``info`` of shape ``batch`` from a kernel's ``[..., 1, 1]`` (0: none).
+
+    ``batch`` is the factored matrix's own batch shape: a kernel run on batch axes
+    broadcast against another operand's (``solve_ex`` of one ``A`` and a batch of ``B``)
+    holds the same info along them, and PyTorch reports one per matrix of ``A``, so those
+    axes are cut to their first entry."""
     if info is None:
         return g.broadcast_to(g.scalar(0, torch.int32), list(batch))
+    batch = list(batch)
+    extra = info.rank - 2 - len(batch)
+    for axis in range(info.rank - 2):
+        own = batch[axis - extra] if axis >= extra else None
+        if (own is None or own == 1) and info.shape[axis] != 1:
+            info = g.slice(info, axis, 0, 1)
+    info = g.reshape(info, list(info.shape[extra:]))
     return g.cast(g.squeeze(info, [info.rank - 2, info.rank - 1]), torch.int32)
