@@ -30,6 +30,9 @@ import torch
 
 from t2n.errors import CheckFailedError, ModelLoadError, T2NError, TractError, UsageError
 from t2n.capture.model_mode import eval_mode
+from t2n.llm_kernels import kernels_to_substitute, substituted_kernels
+from t2n.llm_state import (StepStates, is_dummy, is_linear, kv_states, linear_layer_states,
+                           present_states, step_cache)
 from t2n.write.staging import check_destination, staged
 
 DEFAULT_NEW_TOKENS = 16
@@ -200,7 +203,7 @@ class CausalLMStep(torch.nn.Module):
     which saves the head over the whole prompt (a fifth of a 128-token prefill) and the copy
     of ``[1, S, V]`` logits; a model without it has its logits sliced."""
 
-    def __init__(self, model, n_layers: int, all_logits: bool = False):
+    def __init__(self, model, n_layers: int, all_logits: bool = False, states=None):
         super().__init__()
         self.model = model
         self.n_layers = n_layers
@@ -208,24 +211,42 @@ class CausalLMStep(torch.nn.Module):
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._last_only = not all_logits
         self._keep_kw = self._last_only and "logits_to_keep" in params
+        # the states of every layer (t2n.llm_state); None: keys and values of n_layers
+        self.states = states
+        self._kernels = kernels_to_substitute(model) if states is not None else []
 
     def forward(self, input_ids, *past):
-        DynamicCache, TensorLayer = _cache_classes()
-        cache = DynamicCache()
-        cache.layers = [TensorLayer(past[2 * i], past[2 * i + 1]) for i in range(self.n_layers)]
+        if self.states is None:
+            DynamicCache, TensorLayer = _cache_classes()
+            cache = DynamicCache()
+            cache.layers = [TensorLayer(past[2 * i], past[2 * i + 1])
+                            for i in range(self.n_layers)]
+        else:
+            cache = step_cache(self.states.specs, past, self.states.n_layers,
+                               self.states.kinds)
         keep = {"logits_to_keep": 1} if self._keep_kw else {}
-        out = self.model(input_ids=input_ids, use_cache=True, return_dict=True,
-                         **{self._cache_kw: cache}, **keep)
+        with substituted_kernels(self.model, cache, self._kernels):
+            out = self.model(input_ids=input_ids, use_cache=True, return_dict=True,
+                             **{self._cache_kw: cache}, **keep)
         logits = out.logits[:, -1:] if self._last_only and not self._keep_kw else out.logits
         flat = [logits]
+        if self.states is not None:
+            return tuple(flat + present_states(cache, self.states.specs))
         for layer in cache.layers:
             flat += [layer.keys, layer.values]
         return tuple(flat)
 
 
 def cache_layout(model) -> list[CacheLayer]:
-    """Per layer heads, head size and sliding window, read from the cache the model itself
-    builds for one token (so every family's own head arithmetic is respected)."""
+    """Per attention layer heads, head size and sliding window (see :func:`step_layout`)."""
+    return step_layout(model)[0]
+
+
+def step_layout(model) -> tuple[list[CacheLayer], StepStates]:
+    """The attention layers' heads, head size and sliding window, and every state the
+    step carries (keys and values, conv windows, recurrent states), read from the cache
+    the model itself builds for one token (so every family's own arithmetic is
+    respected)."""
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
     config = getattr(model, "config", None)
@@ -243,22 +264,35 @@ def cache_layout(model) -> list[CacheLayer]:
     if cache is None or not hasattr(cache, "layers") or getattr(out, "logits", None) is None:
         raise UsageError(f"{type(model).__name__} returned no logits or no key/value cache "
                          "(t2n llm needs a causal LM whose forward takes use_cache=True)")
-    layers = []
+    name = type(model).__name__
+    layers, specs, kinds = [], [], []
     for i, layer in enumerate(cache.layers):
-        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
-            raise UsageError(f"layer {i} of {type(model).__name__} keeps a "
-                             f"{type(layer).__name__} cache; t2n llm supports attention "
-                             "key/value caches only")
-        k, v = layer.keys, layer.values
-        if k.dim() != 4 or k.shape != v.shape or k.shape[0] != 1 or k.shape[2] != 1:
-            raise UsageError(f"layer {i} of {type(model).__name__} caches keys of shape "
-                             f"{list(k.shape)} and values of {list(v.shape)}; t2n llm needs "
-                             "[batch, heads, positions, head_dim] for both")
-        window = getattr(layer, "sliding_window", 0) if layer.is_sliding else 0
-        layers.append(CacheLayer(int(k.shape[1]), int(k.shape[3]), int(window or 0)))
-    if not layers:
-        raise UsageError(f"{type(model).__name__} has no attention layers with a cache")
-    return layers
+        if is_dummy(layer):
+            kinds.append("none")
+            continue
+        linear = is_linear(layer)
+        has_kv = isinstance(layer, DynamicLayer)
+        if not linear and type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
+            raise UsageError(f"layer {i} of {name} keeps a {type(layer).__name__} cache; "
+                             "t2n llm supports key/value caches and the conv/recurrent "
+                             "states of linear-attention layers")
+        if has_kv:
+            k, v = layer.keys, layer.values
+            if k is None or k.dim() != 4 or k.shape != v.shape or k.shape[0] != 1 \
+                    or k.shape[2] != 1:
+                raise UsageError(f"layer {i} of {name} caches keys of shape "
+                                 f"{None if k is None else list(k.shape)} and values of "
+                                 f"{None if v is None else list(v.shape)}; t2n llm needs "
+                                 "[batch, heads, positions, head_dim] for both")
+            window = getattr(layer, "sliding_window", 0) if layer.is_sliding else 0
+            layers.append(CacheLayer(int(k.shape[1]), int(k.shape[3]), int(window or 0)))
+            specs += kv_states(i, int(k.shape[1]), int(k.shape[3]))
+        if linear:
+            specs += linear_layer_states(layer, i, name)
+        kinds.append("both" if has_kv and linear else "linear" if linear else "kv")
+    if not specs:
+        raise UsageError(f"{name} has no layers with a cache")
+    return layers, StepStates(len(cache.layers), kinds, specs)
 
 
 def _refuse_what_the_trace_cannot_follow(model) -> None:
@@ -303,23 +337,26 @@ def io_names(n_layers: int) -> tuple[list[str], list[str]]:
     return ins, outs
 
 
-def _properties(model, layers, vocab: int, weights: str, all_logits: bool) -> dict:
-    ins, outs = io_names(len(layers))
+def _properties(model, layers, states: StepStates, vocab: int, weights: str,
+                all_logits: bool) -> dict:
+    ins, outs = states.io_names()
     cfg = model.config
     props = {
         "t2n.llm.format": 1,
         "t2n.llm.model_type": str(getattr(cfg, "model_type", "") or "unknown"),
-        "t2n.llm.layers": len(layers),
-        "t2n.llm.kv_heads": [c.heads for c in layers],
-        "t2n.llm.head_dim": [c.head_dim for c in layers],
-        "t2n.llm.sliding_window": [c.sliding_window for c in layers],
+        "t2n.llm.layers": len(layers),  # attention layers (keys and values)
         "t2n.llm.vocab_size": vocab,
         "t2n.llm.inputs": ins,
         "t2n.llm.outputs": outs,
         "t2n.llm.cache_layout": "batch,kv_heads,positions,head_dim",
         "t2n.llm.weights": weights,
         "t2n.llm.logits": "all" if all_logits else "last",
+        **states.properties(),
     }
+    if layers:  # a state-space model (Mamba) has no attention layer
+        props.update({"t2n.llm.kv_heads": [c.heads for c in layers],
+                      "t2n.llm.head_dim": [c.head_dim for c in layers],
+                      "t2n.llm.sliding_window": [c.sliding_window for c in layers]})
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if eos is None:
         eos = getattr(cfg, "eos_token_id", None)
@@ -379,7 +416,7 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     model = load_causal_lm(model)
     if not isinstance(model, torch.nn.Module):
         raise ModelLoadError(f"MODEL gave a {type(model).__name__}, not an nn.Module")
-    layers = cache_layout(model)
+    layers, states = step_layout(model)
     _refuse_what_the_trace_cannot_follow(model)
     vocab = _vocab_size(model)
     limit = _max_positions(model)
@@ -390,18 +427,20 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     if check and limit and len(prompt or default_prompt(vocab)) + max_new_tokens > limit:
         raise UsageError(f"the check's prompt and {max_new_tokens} new tokens exceed the "
                          f"model's {limit} positions (max_position_embeddings)")
-    args = _example(layers, vocab)
-    ins, outs = io_names(len(layers))
-    dyn = {"input_ids": {1: "S"}}
-    dyn.update({n: {2: ("P", 0)} for n in ins[1:]})  # the prompt runs with P = 0
+    g = torch.Generator().manual_seed(0)
+    args = (torch.randint(0, vocab, (1, _EXAMPLE_S), generator=g),
+            *states.example(g, _EXAMPLE_P))
+    ins, outs = states.io_names()
+    dyn = states.dynamic_axes()  # the prompt runs with P = 0
     # the archive reaches f only when the token check passes (t2n.write.staging)
     with staged(f, keep_failed) as work:
-        step = CausalLMStep(model, len(layers), all_logits=all_logits)
+        step = CausalLMStep(model, states.n_layers, all_logits=all_logits, states=states)
         with warnings.catch_warnings():
             # transformers' notices about its own API (deprecated attributes read while tracing)
             warnings.simplefilter("ignore", FutureWarning)
             result = export(step, args, work, input_names=ins, output_names=outs, dynamic_axes=dyn,
-                            properties=_properties(model, layers, vocab, weights, all_logits),
+                            properties=_properties(model, layers, states, vocab, weights,
+                                                   all_logits),
                             quiet=quiet,
                             progress=progress, weights=weights)
         result.path = f  # where it will be; its tokens are generated from work

@@ -1,11 +1,13 @@
 """Greedy generation with tract from a ``t2n llm`` archive (numpy and tract only).
 
-The archive computes one step of a causal language model: ``input_ids [1, S]`` and the cache
-``past_key_i`` / ``past_value_i [1, H_kv, P, D]`` in, the last position's ``logits [1, 1, V]``
-(every position's, ``[1, S, V]``, with ``--all-logits``) and ``present_key_i`` /
-``present_value_i [1, H_kv, P+S, D]`` out. The same archive serves the
-prompt (P = 0, S = prompt length) and every decoding step (S = 1): :func:`generate` feeds
-each step's present tensors back as the next step's past ones.
+The archive computes one step of a causal language model: ``input_ids [1, S]`` and the
+states ``past_*`` in, the last position's ``logits [1, 1, V]`` (every position's,
+``[1, S, V]``, with ``--all-logits``) and the updated states ``present_*`` out, in the same
+order: keys and values ``[1, H_kv, P, D]`` -> ``[1, H_kv, P+S, D]`` for attention layers,
+fixed-size conv windows and recurrent states for the layers of hybrid and state-space
+models. The same archive serves the prompt (zero states, P = 0, S = prompt length) and
+every decoding step (S = 1): :func:`generate` feeds each step's present tensors back as the
+next step's past ones.
 
 The layout is read from the archive's ``tract_core_properties`` (``t2n.llm.*`` keys), so
 this module needs nothing but the archive. It imports neither torch nor t2n's engine: it is
@@ -50,8 +52,14 @@ def _dumped_strings(text: str):
 
 
 def empty_cache(layout: dict) -> list[np.ndarray]:
-    """The past tensors of the first step (P = 0), in input order."""
-    past = []
+    """The state tensors of the first step, in input order: zeros of the shapes in
+    ``t2n.llm.state_shapes`` (keys and values with P = 0 positions, conv windows and
+    recurrent states of their fixed sizes)."""
+    shapes = layout.get("state_shapes")
+    if shapes is not None:
+        shapes = [shapes] if isinstance(shapes, str) else shapes
+        return [np.zeros([int(d) for d in s.split(",")], np.float32) for s in shapes]
+    past = []  # archives written before t2n.llm.state_shapes: keys and values only
     for h, d in zip(layout["kv_heads"], layout["head_dim"]):
         past += [np.zeros((1, h, 0, d), np.float32), np.zeros((1, h, 0, d), np.float32)]
     return past
