@@ -64,6 +64,7 @@ class LLMExportResult:
     reference_tokens: list[int] | None = None
     tract_tokens: list[int] | None = None
     generation: dict = field(default_factory=dict)
+    states: StepStates | None = None  # every state the step carries (t2n.llm_state)
 
     @property
     def path(self) -> str:
@@ -79,10 +80,16 @@ class LLMExportResult:
         lines = self.export.report().splitlines()
         heads = sorted({(c.heads, c.head_dim) for c in self.layers})
         windows = sorted({c.sliding_window for c in self.layers if c.sliding_window})
-        lines.append(f"  language model: {len(self.layers)} layers, cache [1, H_kv, P, D] with "
-                     + ", ".join(f"H_kv={h} D={d}" for h, d in heads)
-                     + (f", sliding window {', '.join(map(str, windows))}" if windows else "")
-                     + f", vocabulary {self.vocab_size}, weights {self.weights}")
+        fixed = [s for s in (self.states.specs if self.states else []) if not s.grows]
+        lines.append("  language model: " + (
+            f"{len(self.layers)} attention layers, cache [1, H_kv, P, D] with "
+            + ", ".join(f"H_kv={h} D={d}" for h, d in heads)
+            + (f", sliding window {', '.join(map(str, windows))}" if windows else "")
+            if self.layers else "no attention layer")
+            + (f"; {len(fixed)} fixed-size states ("
+               + ", ".join(sorted({f"{s.kind} {list(s.shape)}" for s in fixed})) + ")"
+               if fixed else "")
+            + f", vocabulary {self.vocab_size}, weights {self.weights}")
         if self.reference_tokens is not None:
             g = self.generation
             lines.append(f"  generation check ({len(self.reference_tokens)} new tokens, greedy, "
@@ -108,6 +115,8 @@ class LLMExportResult:
     def llm_dict(self) -> dict:
         """The language-model part of the result as plain JSON data."""
         return {"layers": [dict(c.__dict__) for c in self.layers], "vocab_size": self.vocab_size,
+                "states": [{"name": s.input_name, "kind": s.kind, "shape": list(s.shape)}
+                           for s in (self.states.specs if self.states else [])],
                 "weights": self.weights, "prompt": self.prompt,
                 "reference_tokens": self.reference_tokens, "tract_tokens": self.tract_tokens,
                 "passed": self.passed, "generation": self.generation}
@@ -446,7 +455,7 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
         result.path = f  # where it will be; its tokens are generated from work
         # transformers compares sizes in Python per layer (q_length > 1, ...): one line each
         result.warnings = list(dict.fromkeys(result.warnings))
-        res = LLMExportResult(result, layers, vocab, weights)
+        res = LLMExportResult(result, layers, vocab, weights, states=states)
         if check:
             res.prompt = prompt or default_prompt(vocab)
             if weights == "f32":
