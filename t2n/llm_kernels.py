@@ -73,6 +73,25 @@ def _(query, key, value, decay, beta, state):
     return value.new_empty(value.shape), torch.empty_like(state)
 
 
+@torch.library.custom_op("t2n_llm::ssd_scan", mutates_args=())
+def ssd_scan(x: Tensor, dt: Tensor, a: Tensor, b: Tensor, c: Tensor,
+             state: Tensor) -> tuple[Tensor, Tensor]:
+    """Mamba 2's state-space recurrence: ``x [B, S, H, P]``, ``dt [B, S, H]``, ``a [H]``,
+    ``b, c [B, S, H, N]``, ``state [B, H, P, N]``."""
+    ys = []
+    for i in range(x.shape[1]):
+        dt_i = dt[:, i, :, None, None]
+        state = state * torch.exp(dt_i * a[:, None, None]) \
+            + (dt_i * x[:, i, :, :, None]) * b[:, i, :, None, :]
+        ys.append(torch.matmul(state, c[:, i, :, :, None])[..., 0])
+    return torch.stack(ys, dim=1), state.clone()
+
+
+@ssd_scan.register_fake
+def _(x, dt, a, b, c, state):
+    return torch.empty_like(x), torch.empty_like(state)
+
+
 # ---------------------------------------------------------------------------- substitutes
 class _Step:
     """What a substitute needs to know about the running step."""
@@ -141,6 +160,33 @@ def mamba_selective_scan(hidden_states, dt, A, B, C, D=None, z=None, delta_bias=
     return (y, state) if return_last_state else y
 
 
+def mamba2_chunk_scan(hidden_states, dt, A, B, C, chunk_size: int = 256, D=None,
+                      dt_bias=None, initial_states=None, dt_softplus: bool = False,
+                      dt_limit=(0.0, float("inf")), return_final_states: bool = False,
+                      **kwargs):
+    """Mamba 2's chunked scan with transformers' kernel signature, token by token from
+    ``initial_states`` (the chunks only group the same sums; a decoding token is not
+    padded to a chunk)."""
+    bsz, _, heads, head_dim = hidden_states.shape
+    groups, n = B.shape[2], B.shape[3]
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(dt.dtype)
+    if dt_softplus:
+        dt = F.softplus(dt)
+    dt = torch.clamp(dt, min=dt_limit[0], max=dt_limit[1]).float()
+    x = hidden_states.float()
+    B = B.float().repeat_interleave(heads // groups, dim=2)
+    C = C.float().repeat_interleave(heads // groups, dim=2)
+    if initial_states is None:
+        state = x.new_zeros(bsz, heads, head_dim, n)
+    else:
+        state = initial_states.float()
+    y, state = torch.ops.t2n_llm.ssd_scan(x, dt, A.float(), B, C, state)
+    if D is not None:
+        y = y + D[..., None] * x
+    return (y, state) if return_final_states else y
+
+
 def _cached_recurrent_state():
     cache, layer = _STEP.cache, _STEP.layer
     if cache is None or layer is None:
@@ -154,6 +200,7 @@ SUBSTITUTES = {
     "torch_chunk_gated_delta_rule": gated_delta_rule,
     "torch_recurrent_gated_delta_rule": gated_delta_rule,
     "mamba_selective_scan": mamba_selective_scan,
+    "mamba2_chunk_scan": mamba2_chunk_scan,
 }
 
 

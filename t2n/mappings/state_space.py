@@ -1,6 +1,7 @@
 """The token-by-token recurrences of state-space and linear-attention layers as
 ``tract_core_scan`` loops: ``t2n_llm::selective_scan`` (Mamba's selective SSM) and
-``t2n_llm::gated_delta_scan`` (the gated delta rule of Qwen3-Next and its kin).
+``t2n_llm::gated_delta_scan`` (the gated delta rule of Qwen3-Next and its kin),
+``t2n_llm::ssd_scan`` (Mamba 2's state-space recurrence).
 
 The ops are defined in :mod:`t2n.llm_kernels`, whose eager implementations are the same
 per-token loops; ``t2n llm`` substitutes them for the Python loops of transformers'
@@ -78,3 +79,29 @@ def gated_delta_scan(g, query, key, value, decay, beta, state):
     loop.update(m, m_new)
     out, last = loop.outputs([loop.scan_output(o_t, axis=2), loop.last_output(m_new)])
     return out, last
+
+
+@aten("t2n_llm::ssd_scan")
+@own_shapes
+def ssd_scan(g, x, dt, a, b, c, state):
+    """Mamba 2: ``x [B, S, H, P]``, ``dt [B, S, H]``, ``a [H]``, ``b, c [B, S, H, N]``,
+    ``state [B, H, P, N]`` -> ``y [B, S, H, P]`` and the last state: per token
+    ``h = h * exp(dt_t a) + (dt_t x_t) b_t``, ``y_t = h c_t``."""
+    for name, t in (("x", x), ("dt", dt), ("a", a), ("b", b), ("c", c), ("state", state)):
+        _float32(g, name, t)
+    bsz, _, h, p = x.shape
+    loop = Loop(g, "ssd")
+    body = loop.body
+    a_full = loop.full(g.reshape(a, [h, 1, 1]))
+    x_t = body.unsqueeze(body.squeeze(loop.scan(x, axis=1), [1]), [3])  # [B, H, P, 1]
+    dt_t = body.unsqueeze(body.squeeze(loop.scan(dt, axis=1), [1]), [2, 3])  # [B, H, 1, 1]
+    b_t = body.transpose(loop.scan(b, axis=1), [0, 2, 1, 3])  # [B, H, 1, N]
+    c_t = body.transpose(loop.scan(c, axis=1), [0, 2, 1, 3])
+    m = loop.state(state)
+    decayed = body.binary("mul", m, body.op("exp", body.binary("mul", dt_t, a_full)))
+    m_new = body.binary("add", decayed, body.binary("mul", body.binary("mul", dt_t, x_t), b_t))
+    y_t = _matmul(body, m_new, c_t, True, (bsz, h, p, 1))  # [B, H, P, 1]
+    y_t = body.unsqueeze(body.squeeze(y_t, [3]), [1])  # [B, 1, H, P]
+    loop.update(m, m_new)
+    y, last = loop.outputs([loop.scan_output(y_t, axis=1), loop.last_output(m_new)])
+    return y, last
