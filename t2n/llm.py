@@ -1,14 +1,18 @@
 """``t2n llm``: a transformers causal language model as ONE archive for prefill and decoding.
 
-The archive computes one step: ``input_ids [1, S]`` and per layer ``past_key_i`` /
-``past_value_i [1, H_kv, P, D]`` in; ``logits [1, 1, V]`` (the last position's, which is
-all greedy or sampled decoding reads; ``all_logits=True`` gives ``[1, S, V]``) and
-``present_key_i`` / ``present_value_i [1, H_kv, P+S, D]`` out. ``S`` and ``P`` are tract symbols: the prompt runs
-with ``P = 0``, each decoding step with ``S = 1`` and the previous step's present tensors as
-its past. Positions (``P .. P+S-1``) and the causal mask (with the sliding window of the
-families that have one) are computed inside the graph from ``P`` and ``S``. The layout goes
-into the archive's ``tract_core_properties`` (``t2n.llm.*``), so a runtime can feed the
-archive without knowing the model (see :mod:`t2n.llm_generate`).
+The archive computes one step: ``input_ids [1, S]`` and the cache's states in; ``logits
+[1, 1, V]`` (the last position's, which is all greedy or sampled decoding reads;
+``all_logits=True`` gives ``[1, S, V]``) and the updated states out, in the same order.
+Attention layers carry ``past_key_i`` / ``past_value_i [1, H_kv, P, D]`` ->
+``present_key_i`` / ``present_value_i [1, H_kv, P+S, D]``; the layers of hybrid and
+state-space families carry fixed-size ``past_conv_i`` / ``past_recurrent_i`` (conv windows,
+SSM or delta-rule states; :mod:`t2n.llm_state`). ``S`` and ``P`` are tract symbols: the
+prompt runs with ``P = 0`` and zero states, each decoding step with ``S = 1`` and the
+previous step's present tensors as its past. Positions (``P .. P+S-1``) and the causal mask
+(with the sliding window of the families that have one) are computed inside the graph from
+``P`` and ``S``. The layout goes into the archive's ``tract_core_properties``
+(``t2n.llm.*``), so a runtime can feed the archive without knowing the model (see
+:mod:`t2n.llm_generate`).
 
 The export itself is :func:`t2n.export` on :class:`CausalLMStep`, a wrapper that turns the
 cache tensors into the ``DynamicCache`` transformers expects and returns the updated cache
@@ -223,6 +227,10 @@ class CausalLMStep(torch.nn.Module):
         # the states of every layer (t2n.llm_state); None: keys and values of n_layers
         self.states = states
         self._kernels = kernels_to_substitute(model) if states is not None else []
+        # generate() passes the positions explicitly; some models count them from 0 at
+        # every step without them (Bamba in transformers 5.24): the input whose length is P
+        grows = [i for i, s in enumerate(states.specs) if s.grows] if states else []
+        self._positions = grows[0] if grows and "position_ids" in params else None
 
     def forward(self, input_ids, *past):
         if self.states is None:
@@ -234,6 +242,9 @@ class CausalLMStep(torch.nn.Module):
             cache = step_cache(self.states.specs, past, self.states.n_layers,
                                self.states.kinds)
         keep = {"logits_to_keep": 1} if self._keep_kw else {}
+        if self._positions is not None:  # P .. P+S-1, as generate() passes them
+            p = past[self._positions].shape[2]
+            keep["position_ids"] = (torch.arange(input_ids.shape[1]) + p).unsqueeze(0)
         with substituted_kernels(self.model, cache, self._kernels):
             out = self.model(input_ids=input_ids, use_cache=True, return_dict=True,
                              **{self._cache_kw: cache}, **keep)
