@@ -3,11 +3,12 @@ keeps whole (``t2n llm`` only).
 
 transformers' PyTorch kernels for these layers loop over the sequence in Python: Mamba's
 ``mamba_selective_scan`` per token, the gated delta rule (``torch_chunk_gated_delta_rule``)
-per chunk of 64 tokens. A trace unrolls such a loop for the example length, so the graph
+per chunk of 64 tokens; Mamba 2's ``mamba2_chunk_scan`` reshapes into ``ceil(S / chunk)``
+chunks. A trace freezes such a loop or chunk count at the example length, so the graph
 would be right for that length only. While a ``t2n llm`` step runs (the trace, and the
 eager run its check compares with), :func:`substituted_kernels` replaces those functions
 in the model's modeling module by ones that compute the same recurrence token by token
-through a ``torch.library`` custom op (``t2n_llm::selective_scan``,
+through a ``torch.library`` custom op (``t2n_llm::selective_scan``, ``t2n_llm::ssd_scan``,
 ``t2n_llm::gated_delta_scan``): eagerly a Python loop, in the archive one
 ``tract_core_scan`` (t2n/mappings/state_space.py) that runs any number of tokens.
 
