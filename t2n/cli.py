@@ -406,7 +406,8 @@ def inspect_cmd(archive, assignments, no_macs, as_json):
 @click.option("--kv-cache", "kv_cache", type=click.Choice(["concat", "inplace"]),
               default="concat", show_default=True,
               help="inplace: tract keeps the key/value cache in its run State "
-                   "(tract_transformers_dyn_kv_cache; input_ids in, logits out); concat: the "
+                   "(tract_transformers_dyn_kv_cache: keys and values leave the IO; a "
+                   "hybrid's fixed-size states stay); concat: the "
                    "cache is passed in and returned as tensors.")
 @_EXTENSION_OPTION
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
@@ -420,7 +421,7 @@ def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, all_
     takes input_ids [1, S] and past_key_i / past_value_i [1, H_kv, P, D] per layer, and
     returns the last position's logits [1, 1, V] (--all-logits: [1, S, V]) and
     present_key_i / present_value_i [1, H_kv, P+S, D]; P is 0 for the prompt. With
-    --kv-cache inplace tract keeps the cache in its State: input_ids in, logits out.
+    --kv-cache inplace tract keeps the keys and values in its State (not in the IO).
 
     \b
     Examples:

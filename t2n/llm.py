@@ -1,15 +1,20 @@
 """``t2n llm``: a transformers causal language model as ONE archive for prefill and decoding.
 
-The archive computes one step: ``input_ids [1, S]`` and per layer ``past_key_i`` /
-``past_value_i [1, H_kv, P, D]`` in; ``logits [1, 1, V]`` (the last position's, which is
-all greedy or sampled decoding reads; ``all_logits=True`` gives ``[1, S, V]``) and
-``present_key_i`` / ``present_value_i [1, H_kv, P+S, D]`` out. ``S`` and ``P`` are tract symbols: the prompt runs
-with ``P = 0``, each decoding step with ``S = 1`` and the previous step's present tensors as
-its past. With ``kv_cache="inplace"`` tract keeps the cache in the run's ``State`` instead
-(``input_ids`` in, ``logits`` out; :mod:`t2n.passes.stateful_cache`). Positions (``P .. P+S-1``) and the causal mask (with the sliding window of the
-families that have one) are computed inside the graph from ``P`` and ``S``. The layout goes
-into the archive's ``tract_core_properties`` (``t2n.llm.*``), so a runtime can feed the
-archive without knowing the model (see :mod:`t2n.llm_generate`).
+The archive computes one step: ``input_ids [1, S]`` and the cache's states in; ``logits
+[1, 1, V]`` (the last position's, which is all greedy or sampled decoding reads;
+``all_logits=True`` gives ``[1, S, V]``) and the updated states out, in the same order.
+Attention layers carry ``past_key_i`` / ``past_value_i [1, H_kv, P, D]`` ->
+``present_key_i`` / ``present_value_i [1, H_kv, P+S, D]``; the layers of hybrid and
+state-space families carry fixed-size ``past_conv_i`` / ``past_recurrent_i`` (conv windows,
+SSM or delta-rule states; :mod:`t2n.llm_state`). ``S`` and ``P`` are tract symbols: the
+prompt runs with ``P = 0`` and zero states, each decoding step with ``S = 1`` and the
+previous step's present tensors as its past. With ``kv_cache="inplace"`` tract keeps the
+keys and values in the run's ``State`` instead (:mod:`t2n.passes.stateful_cache`); the
+fixed-size states stay inputs/outputs. Positions (``P .. P+S-1``) and the causal mask
+(with the sliding window of the families that have one) are computed inside the graph from
+``P`` and ``S``. The layout goes into the archive's ``tract_core_properties``
+(``t2n.llm.*``), so a runtime can feed the archive without knowing the model (see
+:mod:`t2n.llm_generate`).
 
 The export itself is :func:`t2n.export` on :class:`CausalLMStep`, a wrapper that turns the
 cache tensors into the ``DynamicCache`` transformers expects and returns the updated cache
@@ -25,14 +30,17 @@ import inspect
 import json
 import os
 import warnings
-from dataclasses import dataclass, field
 
 import torch
 
 from t2n.errors import CheckFailedError, ModelLoadError, T2NError, TractError, UsageError
 from t2n.capture.model_mode import eval_mode
 from t2n.llm_experts import dense_experts_view, own_experts
+from t2n.llm_kernels import kernels_to_substitute, substituted_kernels
 from t2n.llm_lora import merged_lora_view
+from t2n.llm_result import CacheLayer, LLMExportResult
+from t2n.llm_state import (StepStates, is_dummy, is_linear, kv_states, linear_layer_states,
+                           present_states, step_cache)
 from t2n.write.staging import check_destination, staged
 
 DEFAULT_NEW_TOKENS = 16
@@ -42,103 +50,6 @@ PROMPT_LENGTH = 8
 # Example sizes of the trace: S != P, both > 1, so that no size-1 or "cache is empty" special
 # case of transformers is baked into the graph (the graph is then checked at P = 0, S = 1).
 _EXAMPLE_S, _EXAMPLE_P = 3, 2
-
-
-@dataclass
-class CacheLayer:
-    """One decoder layer's cache: ``[1, heads, P, head_dim]`` keys and
-    ``[1, value_heads, P, value_head_dim]`` values (the same sizes but in multi-head latent
-    attention, DeepSeek's, whose "keys" are the compressed latents and "values" the rotary
-    part of the keys)."""
-
-    heads: int
-    head_dim: int
-    sliding_window: int  # 0: the layer attends to the whole past
-    value_heads: int = 0  # 0: as the keys
-    value_head_dim: int = 0
-
-    def __post_init__(self):
-        self.value_heads = self.value_heads or self.heads
-        self.value_head_dim = self.value_head_dim or self.head_dim
-
-
-@dataclass
-class LLMExportResult:
-    """An exported language model: the export's result, the cache layout and, after a
-    check, the tokens of both sides and tract's generation speed."""
-
-    export: object  # t2n.ExportResult
-    layers: list[CacheLayer]
-    vocab_size: int
-    weights: str
-    dense_experts: int = 0  # experts modules exported in the dense form (t2n.llm_experts)
-    merged_lora: int = 0  # peft LoRA layers merged into their base weights (t2n.llm_lora)
-    prompt: list[int] | None = None
-    reference_tokens: list[int] | None = None
-    tract_tokens: list[int] | None = None
-    generation: dict = field(default_factory=dict)
-    kv_cache: str = "concat"  # "inplace": the cache is kept in tract's State
-
-    @property
-    def path(self) -> str:
-        return self.export.path
-
-    @property
-    def passed(self) -> bool | None:
-        if self.reference_tokens is None:
-            return None
-        return self.reference_tokens == self.tract_tokens
-
-    def report(self) -> str:
-        lines = self.export.report().splitlines()
-        heads = sorted({(c.heads, c.head_dim) for c in self.layers})
-        values = sorted({(c.value_heads, c.value_head_dim) for c in self.layers} - set(heads))
-        windows = sorted({c.sliding_window for c in self.layers if c.sliding_window})
-        lines.append(f"  language model: {len(self.layers)} layers, cache [1, H_kv, P, D] with "
-                     + ", ".join(f"H_kv={h} D={d}" for h, d in heads)
-                     + ("" if not values else " (values: " + ", ".join(
-                         f"H={h} D={d}" for h, d in values) + ")")
-                     + (f", sliding window {', '.join(map(str, windows))}" if windows else "")
-                     + f", vocabulary {self.vocab_size}, weights {self.weights}"
-                     + (", cache kept in tract's State (--kv-cache inplace)"
-                        if self.kv_cache == "inplace" else ""))
-        if self.merged_lora:
-            lines.append(f"  LoRA: {self.merged_lora} adapted layers merged into their base "
-                         "weights (copies; the model is unchanged)")
-        if self.dense_experts:
-            lines.append(f"  mixture of experts: {self.dense_experts} experts layers computed "
-                         "densely (every expert, weighted by the routing: E/k times the "
-                         "active products)")
-        if self.reference_tokens is not None:
-            g = self.generation
-            lines.append(f"  generation check ({len(self.reference_tokens)} new tokens, greedy, "
-                         f"prompt of {len(self.prompt)}): "
-                         + ("PASSED" if self.passed else "FAILED"))
-            lines.append(f"    transformers: {self.reference_tokens}")
-            lines.append(f"    tract:        {self.tract_tokens}")
-            if g.get("original_tokens") is not None:
-                same = sum(a == b for a, b in zip(g["original_tokens"], self.tract_tokens))
-                lines.append(f"    (the {self.weights} weights' cost: the original float32 "
-                             f"model generates {g['original_tokens']}, {same} of "
-                             f"{len(self.tract_tokens)} tokens the same)")
-            if self.passed and any(w.startswith("tracer:") for w in self.export.warnings):
-                lines.append("    (the tracer warnings above are transformers comparing sizes in "
-                             "Python; this check ran the archive at P = 0, S > 1 and at S = 1, "
-                             "P > 0)")
-            if g.get("decode_tokens_per_second"):
-                lines.append(f"    tract decode {g['decode_tokens_per_second']:.1f} tokens/s, "
-                             f"prefill {g['prefill_seconds'] * 1000:.1f} ms, "
-                             f"load+optimise {g['load_seconds']:.2f} s")
-        return "\n".join(lines)
-
-    def llm_dict(self) -> dict:
-        """The language-model part of the result as plain JSON data."""
-        return {"layers": [dict(c.__dict__) for c in self.layers], "vocab_size": self.vocab_size,
-                "weights": self.weights, "dense_experts": self.dense_experts,
-                "merged_lora": self.merged_lora, "kv_cache": self.kv_cache,
-                "prompt": self.prompt,
-                "reference_tokens": self.reference_tokens, "tract_tokens": self.tract_tokens,
-                "passed": self.passed, "generation": self.generation}
 
 
 # ---------------------------------------------------------------------------- loading
@@ -231,7 +142,7 @@ class CausalLMStep(torch.nn.Module):
     which saves the head over the whole prompt (a fifth of a 128-token prefill) and the copy
     of ``[1, S, V]`` logits; a model without it has its logits sliced."""
 
-    def __init__(self, model, n_layers: int, all_logits: bool = False):
+    def __init__(self, model, n_layers: int, all_logits: bool = False, states=None):
         super().__init__()
         self.model = model
         self.n_layers = n_layers
@@ -239,24 +150,49 @@ class CausalLMStep(torch.nn.Module):
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._last_only = not all_logits
         self._keep_kw = self._last_only and "logits_to_keep" in params
+        # the states of every layer (t2n.llm_state); None: keys and values of n_layers
+        self.states = states
+        self._kernels = kernels_to_substitute(model) if states is not None else []
+        # generate() passes the positions explicitly; some models count them from 0 at
+        # every step without them (Bamba in transformers 5.24): the input whose length is P
+        grows = [i for i, s in enumerate(states.specs) if s.grows] if states else []
+        self._positions = grows[0] if grows and "position_ids" in params else None
 
     def forward(self, input_ids, *past):
-        DynamicCache, TensorLayer = _cache_classes()
-        cache = DynamicCache()
-        cache.layers = [TensorLayer(past[2 * i], past[2 * i + 1]) for i in range(self.n_layers)]
+        if self.states is None:
+            DynamicCache, TensorLayer = _cache_classes()
+            cache = DynamicCache()
+            cache.layers = [TensorLayer(past[2 * i], past[2 * i + 1])
+                            for i in range(self.n_layers)]
+        else:
+            cache = step_cache(self.states.specs, past, self.states.n_layers,
+                               self.states.kinds)
         keep = {"logits_to_keep": 1} if self._keep_kw else {}
-        out = self.model(input_ids=input_ids, use_cache=True, return_dict=True,
-                         **{self._cache_kw: cache}, **keep)
+        if self._positions is not None:  # P .. P+S-1, as generate() passes them
+            p = past[self._positions].shape[2]
+            keep["position_ids"] = (torch.arange(input_ids.shape[1]) + p).unsqueeze(0)
+        with substituted_kernels(self.model, cache, self._kernels):
+            out = self.model(input_ids=input_ids, use_cache=True, return_dict=True,
+                             **{self._cache_kw: cache}, **keep)
         logits = out.logits[:, -1:] if self._last_only and not self._keep_kw else out.logits
         flat = [logits]
+        if self.states is not None:
+            return tuple(flat + present_states(cache, self.states.specs))
         for layer in cache.layers:
             flat += [layer.keys, layer.values]
         return tuple(flat)
 
 
 def cache_layout(model) -> list[CacheLayer]:
-    """Per layer heads, head size and sliding window, read from the cache the model itself
-    builds for one token (so every family's own head arithmetic is respected)."""
+    """Per attention layer heads, head size and sliding window (see :func:`step_layout`)."""
+    return step_layout(model)[0]
+
+
+def step_layout(model) -> tuple[list[CacheLayer], StepStates]:
+    """The attention layers' heads, head size and sliding window, and every state the
+    step carries (keys and values, conv windows, recurrent states), read from the cache
+    the model itself builds for one token (so every family's own arithmetic is
+    respected)."""
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
     config = getattr(model, "config", None)
@@ -274,24 +210,38 @@ def cache_layout(model) -> list[CacheLayer]:
     if cache is None or not hasattr(cache, "layers") or getattr(out, "logits", None) is None:
         raise UsageError(f"{type(model).__name__} returned no logits or no key/value cache "
                          "(t2n llm needs a causal LM whose forward takes use_cache=True)")
-    layers = []
+    name = type(model).__name__
+    layers, specs, kinds = [], [], []
     for i, layer in enumerate(cache.layers):
-        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
-            raise UsageError(f"layer {i} of {type(model).__name__} keeps a "
-                             f"{type(layer).__name__} cache; t2n llm supports attention "
-                             "key/value caches only")
-        k, v = layer.keys, layer.values
-        if k.dim() != 4 or v.dim() != 4 or k.shape[:1] != (1,) or v.shape[:1] != (1,) \
-                or k.shape[2] != 1 or v.shape[2] != 1:
-            raise UsageError(f"layer {i} of {type(model).__name__} caches keys of shape "
-                             f"{list(k.shape)} and values of {list(v.shape)}; t2n llm needs "
-                             "[batch, heads, positions, head_dim] for both")
-        window = getattr(layer, "sliding_window", 0) if layer.is_sliding else 0
-        layers.append(CacheLayer(int(k.shape[1]), int(k.shape[3]), int(window or 0),
-                                 int(v.shape[1]), int(v.shape[3])))
-    if not layers:
-        raise UsageError(f"{type(model).__name__} has no attention layers with a cache")
-    return layers
+        if is_dummy(layer):
+            kinds.append("none")
+            continue
+        linear = is_linear(layer)
+        has_kv = isinstance(layer, DynamicLayer)
+        if not linear and type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
+            raise UsageError(f"layer {i} of {name} keeps a {type(layer).__name__} cache; "
+                             "t2n llm supports key/value caches and the conv/recurrent "
+                             "states of linear-attention layers")
+        if has_kv:
+            k, v = layer.keys, layer.values
+            if k is None or v is None or k.dim() != 4 or v.dim() != 4 \
+                    or k.shape[:1] != (1,) or v.shape[:1] != (1,) \
+                    or k.shape[2] != 1 or v.shape[2] != 1:
+                raise UsageError(f"layer {i} of {name} caches keys of shape "
+                                 f"{None if k is None else list(k.shape)} and values of "
+                                 f"{None if v is None else list(v.shape)}; t2n llm needs "
+                                 "[batch, heads, positions, head_dim] for both")
+            window = getattr(layer, "sliding_window", 0) if layer.is_sliding else 0
+            c = CacheLayer(int(k.shape[1]), int(k.shape[3]), int(window or 0),
+                           int(v.shape[1]), int(v.shape[3]))
+            layers.append(c)
+            specs += kv_states(i, c)
+        if linear:
+            specs += linear_layer_states(layer, i, name)
+        kinds.append("both" if has_kv and linear else "linear" if linear else "kv")
+    if not specs:
+        raise UsageError(f"{name} has no layers with a cache")
+    return layers, StepStates(len(cache.layers), kinds, specs)
 
 
 def _refuse_what_the_trace_cannot_follow(model) -> None:
@@ -336,21 +286,15 @@ def io_names(n_layers: int) -> tuple[list[str], list[str]]:
     return ins, outs
 
 
-def _properties(model, layers, vocab: int, weights: str, all_logits: bool,
-                kv_cache: str = "concat") -> dict:
-    ins, outs = io_names(len(layers))
-    if kv_cache == "inplace":  # the cache lives in tract's State (t2n.passes.stateful_cache)
-        ins, outs = ins[:1], outs[:1]
+def _properties(model, layers, states: StepStates, vocab: int, weights: str,
+                all_logits: bool, kv_cache: str = "concat") -> dict:
+    inplace = kv_cache == "inplace"  # keys and values live in tract's State
+    ins, outs = states.io_names(inplace)
     cfg = model.config
     props = {
         "t2n.llm.format": 1,
         "t2n.llm.model_type": str(getattr(cfg, "model_type", "") or "unknown"),
-        "t2n.llm.layers": len(layers),
-        "t2n.llm.kv_heads": [c.heads for c in layers],
-        "t2n.llm.head_dim": [c.head_dim for c in layers],
-        "t2n.llm.value_heads": [c.value_heads for c in layers],
-        "t2n.llm.value_head_dim": [c.value_head_dim for c in layers],
-        "t2n.llm.sliding_window": [c.sliding_window for c in layers],
+        "t2n.llm.layers": len(layers),  # attention layers (keys and values)
         "t2n.llm.vocab_size": vocab,
         "t2n.llm.inputs": ins,
         "t2n.llm.outputs": outs,
@@ -358,7 +302,14 @@ def _properties(model, layers, vocab: int, weights: str, all_logits: bool,
         "t2n.llm.weights": weights,
         "t2n.llm.logits": "all" if all_logits else "last",
         "t2n.llm.kv_cache": kv_cache,
+        **states.properties(inplace),
     }
+    if layers:  # a state-space model (Mamba) has no attention layer
+        props.update({"t2n.llm.kv_heads": [c.heads for c in layers],
+                      "t2n.llm.head_dim": [c.head_dim for c in layers],
+                      "t2n.llm.value_heads": [c.value_heads for c in layers],
+                      "t2n.llm.value_head_dim": [c.value_head_dim for c in layers],
+                      "t2n.llm.sliding_window": [c.sliding_window for c in layers]})
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if eos is None:
         eos = getattr(cfg, "eos_token_id", None)
@@ -372,14 +323,6 @@ def _properties(model, layers, vocab: int, weights: str, all_logits: bool,
     if isinstance(bos, int) and 0 <= bos < vocab:
         props["t2n.llm.bos_token_id"] = bos
     return props
-
-
-def _cache_option(ins: list[str], outs: list[str], kv_cache: str) -> dict:
-    """``inplace``: each ``past_*`` input and its ``present_*`` output become one
-    ``tract_transformers_dyn_kv_cache`` (:mod:`t2n.passes.stateful_cache`)."""
-    if kv_cache == "concat":
-        return {}
-    return {"stateful_caches": dict(zip(ins[1:], outs[1:]))}
 
 
 def _example(layers, vocab: int):
@@ -413,10 +356,11 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     reach ``f`` (``keep_failed=PATH`` moves it there instead, for inspection).
     ``all_logits=True`` returns the logits of every position (``[1, S, V]``, for scoring a
     text) instead of the last one's (``[1, 1, V]``, all that decoding reads).
-    ``kv_cache="inplace"`` keeps the cache inside tract's run state
-    (``tract_transformers_dyn_kv_cache``): the archive takes ``input_ids`` only and returns
-    ``logits`` only; one ``tract.State`` per sequence (``runnable.spawn_state()``), a new
-    state for a new prompt. ``"concat"`` (default) takes and returns the cache tensors."""
+    ``kv_cache="inplace"`` keeps the keys and values inside tract's run state
+    (``tract_transformers_dyn_kv_cache``): the archive takes ``input_ids`` (and the
+    fixed-size states of hybrid families) and returns ``logits`` (and those states); one
+    ``tract.State`` per sequence (``runnable.spawn_state()``), a new state for a new prompt.
+    ``"concat"`` (default) takes and returns the cache tensors."""
     from t2n.api import export
     from t2n.write.weight_formats import get_format
 
@@ -436,7 +380,11 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     # a peft model: its base model with the LoRA adapters merged into copies of the weights
     # (t2n.llm_lora); the check's f32 reference stays the user's model
     user_model, (model, n_lora) = model, merged_lora_view(model)
-    layers = cache_layout(model)
+    layers, states = step_layout(model)
+    if kv_cache == "inplace" and not layers:
+        raise UsageError(f"kv_cache='inplace': {type(model).__name__} has no key/value cache "
+                         "to keep in tract's State (its fixed-size states are step "
+                         "inputs/outputs); export it with kv_cache='concat'")
     _refuse_what_the_trace_cannot_follow(model)
     vocab = _vocab_size(model)
     limit = _max_positions(model)
@@ -447,28 +395,29 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     if check and limit and len(prompt or default_prompt(vocab)) + max_new_tokens > limit:
         raise UsageError(f"the check's prompt and {max_new_tokens} new tokens exceed the "
                          f"model's {limit} positions (max_position_embeddings)")
-    args = _example(layers, vocab)
-    ins, outs = io_names(len(layers))
-    dyn = {"input_ids": {1: "S"}}
-    dyn.update({n: {2: ("P", 0)} for n in ins[1:]})  # the prompt runs with P = 0
+    g = torch.Generator().manual_seed(0)
+    args = (torch.randint(0, vocab, (1, _EXAMPLE_S), generator=g),
+            *states.example(g, _EXAMPLE_P))
+    ins, outs = states.io_names()
+    dyn = states.dynamic_axes()  # the prompt runs with P = 0
     # the archive reaches f only when the token check passes (t2n.write.staging)
     # experts as dense products, on a view of the model (t2n.llm_experts); model unchanged
     traced, n_experts = dense_experts_view(model)
     with staged(f, keep_failed) as work:
-        step = CausalLMStep(traced, len(layers), all_logits=all_logits)
+        step = CausalLMStep(traced, states.n_layers, all_logits=all_logits, states=states)
         with warnings.catch_warnings():
             # transformers' notices about its own API (deprecated attributes read while tracing)
             warnings.simplefilter("ignore", FutureWarning)
             result = export(step, args, work, input_names=ins, output_names=outs, dynamic_axes=dyn,
-                            properties=_properties(model, layers, vocab, weights, all_logits,
-                                                   kv_cache),
+                            properties=_properties(model, layers, states, vocab, weights,
+                                                   all_logits, kv_cache),
                             quiet=quiet, progress=progress, weights=weights,
-                            **_cache_option(ins, outs, kv_cache))
+                            **states.cache_option(kv_cache))
         result.path = f  # where it will be; its tokens are generated from work
         # transformers compares sizes in Python per layer (q_length > 1, ...): one line each
         result.warnings = list(dict.fromkeys(result.warnings))
         res = LLMExportResult(result, layers, vocab, weights, n_experts, n_lora,
-                              kv_cache=kv_cache)
+                              kv_cache=kv_cache, states=states)
         if check:
             res.prompt = prompt or default_prompt(vocab)
             if weights == "f32":

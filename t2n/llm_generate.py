@@ -1,13 +1,16 @@
 """Greedy generation with tract from a ``t2n llm`` archive (numpy and tract only).
 
-The archive computes one step of a causal language model: ``input_ids [1, S]`` and the cache
-``past_key_i`` / ``past_value_i [1, H_kv, P, D]`` in, the last position's ``logits [1, 1, V]``
-(every position's, ``[1, S, V]``, with ``--all-logits``) and ``present_key_i`` /
-``present_value_i [1, H_kv, P+S, D]`` out. The same archive serves the
-prompt (P = 0, S = prompt length) and every decoding step (S = 1): :func:`generate` feeds
-each step's present tensors back as the next step's past ones. An archive exported with
-``kv_cache="inplace"`` (property ``t2n.llm.kv_cache``) keeps the cache in tract's ``State``:
-it takes ``input_ids`` only, one state per sequence (``runnable.spawn_state()``).
+The archive computes one step of a causal language model: ``input_ids [1, S]`` and the
+states ``past_*`` in, the last position's ``logits [1, 1, V]`` (every position's,
+``[1, S, V]``, with ``--all-logits``) and the updated states ``present_*`` out, in the same
+order: keys and values ``[1, H_kv, P, D]`` -> ``[1, H_kv, P+S, D]`` for attention layers,
+fixed-size conv windows and recurrent states for the layers of hybrid and state-space
+models. The same archive serves the prompt (zero states, P = 0, S = prompt length) and
+every decoding step (S = 1): :func:`generate` feeds each step's present tensors back as the
+next step's past ones. An archive exported with ``kv_cache="inplace"`` (property
+``t2n.llm.kv_cache``) keeps the keys and values in tract's ``State``, one state per
+sequence (``runnable.spawn_state()``): it takes ``input_ids`` and the fixed-size states of
+a hybrid family (none for a plain transformer), and returns the logits and those states.
 
 The layout is read from the archive's ``tract_core_properties`` (``t2n.llm.*`` keys), so
 this module needs nothing but the archive. It imports neither torch nor t2n's engine: it is
@@ -52,8 +55,16 @@ def _dumped_strings(text: str):
 
 
 def empty_cache(layout: dict) -> list[np.ndarray]:
-    """The past tensors of the first step (P = 0), in input order."""
-    past = []
+    """The state tensors of the first step, in input order: zeros of the shapes in
+    ``t2n.llm.state_shapes`` (keys and values with P = 0 positions, conv windows and
+    recurrent states of their fixed sizes)."""
+    shapes = layout.get("state_shapes")
+    if shapes is not None:
+        shapes = [shapes] if isinstance(shapes, str) else shapes
+        return [np.zeros([int(d) for d in s.split(",")], np.float32) for s in shapes]
+    if layout.get("kv_cache") == "inplace":  # every state is kept in tract's State
+        return []
+    past = []  # archives written before t2n.llm.state_shapes: keys and values only
     keys = zip(layout["kv_heads"], layout["head_dim"])
     # archives before the value sizes were written: values sized as keys
     values = zip(layout.get("value_heads", layout["kv_heads"]),
@@ -78,19 +89,18 @@ def generate(archive: str, prompt: list[int], new_tokens: int) -> dict:
     runnable = model.into_runnable()
     load = time.perf_counter() - t0
     inplace = layout.get("kv_cache") == "inplace"
-    state = runnable.spawn_state() if inplace else None  # a new prompt: a new state
-    past = [] if inplace else empty_cache(layout)
+    # inplace: one State per sequence keeps the keys and values (a new prompt: a new state);
+    # the states that remain inputs (a hybrid's fixed-size ones) are fed back either way
+    run = runnable.spawn_state().run if inplace else runnable.run
+    past = empty_cache(layout)
     ids = np.asarray([prompt], dtype=np.int64)
     tokens: list[int] = []
     t_prefill = t_decode = 0.0
     for step in range(new_tokens):
         t = time.perf_counter()
-        if inplace:
-            logits = state.run([ids])[0].to_numpy()
-        else:
-            outs = runnable.run([ids, *past])
-            logits = outs[0].to_numpy()
-            past = [o.to_numpy() for o in outs[1:]]
+        outs = run([ids, *past])
+        logits = outs[0].to_numpy()
+        past = [o.to_numpy() for o in outs[1:]]
         token = int(np.argmax(logits[0, -1]))
         dt = time.perf_counter() - t
         if step == 0:

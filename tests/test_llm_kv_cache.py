@@ -1,6 +1,7 @@
 """``t2n llm --kv-cache inplace``: the key/value cache kept in tract's State
 (``tract_transformers_dyn_kv_cache``, :mod:`t2n.passes.stateful_cache`), proved by greedy
-generation in tract against transformers' ``generate(do_sample=False)``, and the pass itself
+generation in tract against transformers' ``generate(do_sample=False)`` (hybrid families
+too: their fixed-size states stay inputs/outputs beside the State), and the pass itself
 on a small module run step by step in tract (in a child process)."""
 
 import json
@@ -21,6 +22,7 @@ from t2n.cli import main as cli_main
 from t2n.errors import UsageError
 
 import transformers
+from fixtures import hybrid_llms
 
 pytestmark = pytest.mark.slow
 
@@ -108,6 +110,45 @@ def test_docs_state_loop_generates_like_transformers(tmp_path):
         assert tokens == llm.reference_tokens(model, json.loads(prompt)[0], len(tokens))
 
 
+@pytest.mark.parametrize("family", ["jamba", "bamba", "qwen3_next"])
+def test_inplace_hybrid_keeps_keys_and_values_in_the_state(family, tmp_path):
+    """Mamba / Mamba 2 / gated delta net + attention (Jamba and Qwen3-Next with experts,
+    Bamba with positions from P): the attention layer's keys and values in the State, the
+    conv window and recurrent state as inputs/outputs."""
+    path = tmp_path / "m.nnef.tar"
+    res = llm.export_llm(hybrid_llms.make(family), path, kv_cache="inplace", check=True,
+                         quiet=True)
+    assert res.passed and res.tract_tokens == res.reference_tokens
+    assert len(set(res.tract_tokens)) > 3, "a model repeating one token proves little"
+    assert [i.name for i in res.export.inputs] == ["input_ids", "past_conv_0",
+                                                   "past_recurrent_0"]
+    assert [o.name for o in res.export.outputs] == ["logits", "present_conv_0",
+                                                    "present_recurrent_0"]
+    text = _graph_text(path)
+    assert text.count("tract_transformers_dyn_kv_cache(") == 2  # layer 1's keys and values
+    assert '("t2n.llm.state_kinds", ["conv", "recurrent"])' in text
+    assert '("t2n.llm.inputs", ["input_ids", "past_conv_0", "past_recurrent_0"])' in text
+    assert "State" in res.report()
+
+
+def test_docs_state_loop_runs_a_hybrid(tmp_path):
+    """docs/llm.md's State loop, run as written on a Jamba archive: its conv window and
+    SSM state start from their input facts and are fed back beside the State."""
+    section = (pathlib.Path(__file__).parents[1] / "docs" / "llm.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[1]
+    code = code.replace('"llama-inplace.nnef.tar"', repr(str(tmp_path / "m.nnef.tar")))
+    code = code.replace("[[1, 450, 4996, 17354]]", "[[5, 17, 99, 3]]")
+    code = code.replace("[[1, 306, 763]]", "[[7, 30, 63]]")
+    model = hybrid_llms.make("jamba")
+    llm.export_llm(model, tmp_path / "m.nnef.tar", kv_cache="inplace", quiet=True)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got[0] == llm.reference_tokens(model, [5, 17, 99, 3], 16)
+    assert got[1] == llm.reference_tokens(model, [7, 30, 63], 16)
+
+
 class _Step(torch.nn.Module):
     """A cache step: the past along axis 1 plus a new chunk, and a value read from P."""
 
@@ -170,3 +211,6 @@ def test_stateful_cache_refusals(tmp_path):
                    stateful_caches={"past": "present"}, quiet=True)
     with pytest.raises(UsageError, match="kv_cache must be one of"):
         llm.export_llm(_model("llama"), tmp_path / "d.nnef.tar", kv_cache="paged")
+    # no attention layer: no key/value cache to keep (its states stay inputs/outputs)
+    with pytest.raises(UsageError, match="MambaForCausalLM has no key/value cache"):
+        llm.export_llm(hybrid_llms.make("mamba"), tmp_path / "e.nnef.tar", kv_cache="inplace")

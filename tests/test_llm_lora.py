@@ -89,3 +89,28 @@ def test_lora_variants_are_refused(tmp_path):
     with pytest.raises(UsageError, match="LoRA variant DoraLinearVariant"):
         llm.export_llm(_peft_model(use_dora=True), tmp_path / "m.nnef.tar", quiet=True)
     assert not list(tmp_path.iterdir())
+
+
+def test_lora_on_a_hybrid_moe_with_the_cache_in_the_state(tmp_path):
+    """The three forms at once on Jamba (Mamba + attention + experts): LoRA merged into
+    copies, experts dense, the selective scan substituted, keys and values in tract's State;
+    the archive generates the PeftModel's tokens and the PeftModel is left as it was (no
+    weight changed, no hook left on its modules)."""
+    from fixtures.hybrid_llms import make
+
+    torch.manual_seed(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = peft.get_peft_model(make("jamba"), peft.LoraConfig(
+            r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    model.eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    res = llm.export_llm(model, tmp_path / "m.nnef.tar", kv_cache="inplace", check=True,
+                         quiet=True)
+    assert res.passed and res.tract_tokens == res.reference_tokens
+    assert len(set(res.tract_tokens)) > 3, "a model repeating one token proves little"
+    assert res.merged_lora == 2 and res.dense_experts == 1
+    assert [i.name for i in res.export.inputs] == ["input_ids", "past_conv_0",
+                                                   "past_recurrent_0"]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert not any(m._forward_pre_hooks for m in model.modules())

@@ -162,3 +162,22 @@ def test_negative_end_with_a_start_keeps_pytorch_clamping():
     assert_exports(Fn(lambda x: x[1:-1] * 2), (torch.randn(5),), input_names=["x"],
                    dynamic_axes={"x": {0: "B"}}, more_args=[(torch.randn(1),),
                                                             (torch.randn(2),)])
+
+
+class _WindowThenNew(torch.nn.Module):
+    """A conv window followed by S new columns, then the last S of the convolution over
+    both (how a causal depthwise conv continues from its cached window)."""
+
+    def forward(self, window, x):
+        s = x.shape[2]
+        full = torch.cat([window, x], dim=-1)
+        y = torch.nn.functional.conv1d(full, torch.ones(4, 1, 3), padding=2, groups=4)
+        return y[:, :, :full.shape[2]][:, :, -s:], full[..., -window.shape[2]:]
+
+
+def test_slice_from_the_end_by_a_dynamic_size():
+    """``y[..., -S:]`` with S a dynamic axis counts from the end (it once began at 0)."""
+    assert_exports(_WindowThenNew(), (torch.randn(1, 4, 3), torch.randn(1, 4, 5)),
+                   input_names=["window", "x"], dynamic_axes={"x": {2: "S"}},
+                   more_args=[(torch.randn(1, 4, 3), torch.randn(1, 4, 1)),
+                              (torch.randn(1, 4, 3), torch.randn(1, 4, 9))])

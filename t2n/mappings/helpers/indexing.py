@@ -79,10 +79,10 @@ def slice_bounds(n, start, end):
         start = min(max(start, 0), n)
         end = min(max(end, start), n)
     else:
-        from_back = isinstance(end, int) and end < 0
-        if isinstance(start, int) and start < 0:
+        from_back = _negative(end)
+        if _negative(start):  # x[-k:], k an int or a size (x[..., -S:]): from the end
             start = n + start
-        if isinstance(end, int) and end < 0:
+        if from_back:
             end = n + end
         if not isinstance(n, int):
             # a dynamic axis: clamp as PyTorch does, with tract dim expressions (x[-1:2])
@@ -102,6 +102,18 @@ def slice_bounds(n, start, end):
         # model is only valid where it lies within the axis, and a min() would hide from
         # tract that the result has S elements
     return start, end
+
+
+def _negative(v) -> bool:
+    """A bound counted from the end: a negative int, or a size expression that is negative
+    for every value of its symbols (``-S``, a traced ``-x.shape[1]``)."""
+    if isinstance(v, int):
+        return v < 0
+    if v is None or not hasattr(v, "free_symbols"):
+        return False
+    from t2n.walk.tensors import known_nonnegative
+
+    return known_nonnegative(-v) and v != 0
 
 
 def _min(a, b):
