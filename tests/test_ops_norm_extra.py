@@ -2,6 +2,7 @@
 empty tensors in evaluation mode, updated running stats for the functional variant):
 torch eager vs tract."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -85,10 +86,31 @@ def test_native_norms_dynamic_batch():
     from t2n.testing import assert_exports
 
     model = Cases({
-        "group": lambda x: aten.native_group_norm(x, None, None, x.shape[0], 4, 6, 2, 1e-5),
         "layer": lambda x: aten.native_layer_norm(x, [3, 2], None, None, 1e-5),
         "batch train": lambda x: aten.native_batch_norm(x, None, None, None, None, True, 0.1,
                                                         1e-5),
     }).eval()
     assert_exports(model, (torch.randn(2, 4, 3, 2),), input_names=["x"],
                    dynamic_axes={"x": {0: "B"}}, more_args=[(torch.randn(5, 4, 3, 2),)])
+    # group norm's N argument is the batch size read in Python: torch.export follows it as a
+    # size, the trace bakes the example's (its graph changes with B: refused, see below)
+    group = Cases({
+        "group": lambda x: aten.native_group_norm(x, None, None, x.shape[0], 4, 6, 2, 1e-5),
+    }).eval()
+    assert_exports(group, (torch.randn(2, 4, 3, 2),), input_names=["x"], capture="export",
+                   dynamic_axes={"x": {0: "B"}}, more_args=[(torch.randn(5, 4, 3, 2),)])
+
+
+def test_native_group_norm_of_a_traced_batch_size_is_refused(tmp_path):
+    """The trace writes ``x.shape[0]`` into native_group_norm's N as the example's number:
+    the size probe sees the graph change with B and refuses it, naming the op."""
+    import t2n
+    from opcases import Cases
+    from t2n.errors import ConversionError
+
+    group = Cases({
+        "group": lambda x: aten.native_group_norm(x, None, None, x.shape[0], 4, 6, 2, 1e-5),
+    }).eval()
+    with pytest.raises(ConversionError, match="aten::native_group_norm.*dynamic axis B"):
+        t2n.export(group, (torch.randn(2, 4, 3, 2),), str(tmp_path / "g.nnef"),
+                   input_names=["x"], dynamic_axes={"x": {0: "B"}})

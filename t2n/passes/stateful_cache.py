@@ -22,8 +22,6 @@ with ``tract.nnef().with_tract_transformers()``.
 
 from __future__ import annotations
 
-import sympy
-
 from t2n.dtypes import tract_name
 from t2n.errors import UsageError
 from t2n.passes import GraphPass
@@ -89,6 +87,8 @@ def run(g: Graph, session) -> None:
 
 
 def _lone_symbol(d) -> bool:
+    import sympy  # here: a static export loads no sympy (tests/test_import_cost.py)
+
     return isinstance(d, sympy.Symbol)
 
 
