@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import t2n
+from t2n.capture import autograd_inline
 from t2n.errors import TraceError, UnsupportedOperatorsError
 from t2n.testing import assert_exports
 
@@ -104,9 +105,21 @@ def test_dynamic_batch_and_the_model_still_trains():
     assert_exports(model, (torch.randn(3, 8),), input_names=["x"],
                    dynamic_axes={"x": {0: "B"}}, more_args=[(torch.randn(1, 8),),
                                                             (torch.randn(6, 8),)])
-    assert torch.autograd.Function.apply.__func__.__module__ == "torch.autograd.function"
+    assert torch.autograd.Function.__dict__["apply"] is autograd_inline._ORIGINAL_APPLY
     x = torch.randn(2, 8, requires_grad=True)  # after the export, apply is autograd's again
     TanhGelu.apply(x).sum().backward()
+    assert torch.allclose(x.grad, torch.sigmoid(1.702 * x.detach()))
+
+
+def test_apply_with_grad_on_inside_the_capture_is_autograds():
+    """Only a no-grad capture inlines: with grad on, apply is autograd's own (a Python
+    classmethod up to torch 2.13, a C descriptor from 2.14) and backward runs."""
+    x = torch.randn(2, 8, requires_grad=True)
+    with autograd_inline.inline_autograd_functions():
+        assert torch.autograd.Function.__dict__["apply"] is not autograd_inline._ORIGINAL_APPLY
+        y = TanhGelu.apply(x)
+    assert y.grad_fn is not None
+    y.sum().backward()
     assert torch.allclose(x.grad, torch.sigmoid(1.702 * x.detach()))
 
 

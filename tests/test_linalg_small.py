@@ -11,6 +11,7 @@ Cholesky, LU and QR above 16 x 16 loop: tests/test_linalg_loops.py).
 import pytest
 import torch
 
+import legacy_ops
 from opcases import Fn, assert_cases
 from t2n.errors import UnsupportedOperatorsError
 from t2n.testing import assert_exports
@@ -150,6 +151,15 @@ def test_lu_solve(dtype):
     assert_cases(cases, (a, b))
 
 
+def test_legacy_ops_exist_exactly_before_2_14():
+    """The "torch.cholesky"/"torch.qr" cases call aten::cholesky/aten::qr wherever torch has
+    them (tests/legacy_ops.py); they fall back only where torch 2.14 removed the schemas."""
+    schemas = {str(s.name) for s in torch._C._jit_get_all_schemas()}
+    for op in ("cholesky", "qr"):
+        assert (f"aten::{op}" in schemas) is (not legacy_ops.REMOVED), op
+        assert hasattr(torch.ops.aten, op) is (not legacy_ops.REMOVED), op
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 def test_cholesky_family(dtype):
     s = _spd(2, 3, 5, 5, dtype=dtype)
@@ -161,7 +171,7 @@ def test_cholesky_family(dtype):
         "cholesky upper reads the upper triangle": lambda s, b: L.cholesky(s.triu(),
                                                                            upper=True),
         "cholesky_ex": lambda s, b: L.cholesky_ex(s),
-        "torch.cholesky upper": lambda s, b: torch.cholesky(s, upper=True),
+        "torch.cholesky upper": lambda s, b: legacy_ops.cholesky(s, upper=True),
         "cholesky_solve": lambda s, b: torch.cholesky_solve(b, L.cholesky(s)),
         "cholesky_solve upper": lambda s, b: torch.cholesky_solve(
             b, L.cholesky(s, upper=True), upper=True),
@@ -195,7 +205,7 @@ def test_qr_family(dtype):
         "qr reduced wide": lambda a, c: L.qr(a.mT),
         "qr complete wide": lambda a, c: L.qr(a.mT, mode="complete"),
         "qr square": lambda a, c: L.qr(a[..., :3, :]),
-        "torch.qr some=False": lambda a, c: torch.qr(a, some=False),
+        "torch.qr some=False": lambda a, c: legacy_ops.qr(a, some=False),
         "qr with a zero column (tau 0)": lambda a, c: L.qr(
             torch.cat([a[..., :1], a[..., :1] * 0, a[..., 1:]], -1)),
         "geqrf tall": lambda a, c: torch.geqrf(a),

@@ -231,9 +231,10 @@ def test_qnnpack_conv_and_linear_integers_equal_pytorch(tmp_path, per_channel):
 
 
 def test_quantize_per_tensor_rounds_as_fbgemm(tmp_path):
-    """quantize_per_tensor (fbgemm's Quantize on x86, whatever the engine): the product by
-    ``1.f / scale`` and the zero point rounded once (a fused multiply-add). Rounding the
-    product first differs on about 1 in 400 k values (4 of these 2 M, measured)."""
+    """quantize_per_tensor on x86, whatever the engine: the product by ``1.f / scale``, with
+    the zero point added inside the rounding (fbgemm's fused multiply-add, torch <= 2.13) or
+    after it (torch 2.14), as the running torch does (helpers/quantize_rounding.py). The two
+    differ on 5 of these 2 M values: both versions compare every integer."""
     import numpy as np
 
     from t2n.check.tract_runner import run_in_tract
@@ -291,3 +292,48 @@ def test_x86_conv_and_linear_integers_equal_pytorch(tmp_path):
             assert np.array_equal(run_in_tract(str(out), [x.numpy()])[0], q(x).numpy()), k
     finally:
         torch.backends.quantized.engine = old
+
+
+_AVERAGES = {
+    "avg_pool2d": (4, lambda t: torch.nn.functional.avg_pool2d(t, 2)),
+    "avg_pool2d padded": (4, lambda t: torch.nn.functional.avg_pool2d(
+        t, 3, 2, padding=1, count_include_pad=False)),
+    "adaptive_avg_pool2d global": (4, lambda t: torch.nn.functional.adaptive_avg_pool2d(t, 1)),
+    "adaptive_avg_pool2d 2": (4, lambda t: torch.nn.functional.adaptive_avg_pool2d(t, 2)),
+    "avg_pool3d": (5, lambda t: torch.nn.functional.avg_pool3d(t, 2)),
+    "adaptive_avg_pool3d 2": (5, lambda t: torch.nn.functional.adaptive_avg_pool3d(t, 2)),
+    # channels-last global 3-D pool and mean: their ties go either way (not reproduced)
+    "adaptive_avg_pool3d global nchw": (5, lambda t: torch.nn.functional.adaptive_avg_pool3d(
+        t, 1)),
+    "mean nchw": (4, lambda t: t.mean((2, 3), keepdim=True)),
+}
+
+
+@pytest.mark.parametrize("op,layout", [(op, layout) for op in _AVERAGES
+                                       for layout in ("nchw", "channels_last")
+                                       if layout == "nchw" or not op.endswith(" nchw")])
+def test_quantized_averages_round_as_pytorch_at_ties(tmp_path, op, layout):
+    """Averages of integers with an odd zero point hit exact ties; PyTorch rounds the
+    average or the average minus the zero point depending on the op, the layout (a quantized
+    convolution's output is channels-last) and the torch version: every value equal."""
+    import numpy as np
+
+    from t2n.check.tract_runner import run_in_tract
+
+    rank, fn = _AVERAGES[op]
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}[rank]
+    scale, zp = 0.03, 47
+
+    class A(torch.nn.Module):
+        def forward(self, x):
+            q = torch.quantize_per_tensor(x, scale, zp, torch.quint8)
+            if layout == "channels_last":
+                q = q.contiguous(memory_format=fmt)
+            return torch.dequantize(fn(q))
+
+    ints = torch.randint(0, 256, (2, 24) + (6,) * (rank - 2),
+                         generator=torch.Generator().manual_seed(4))
+    x = (ints.float() - zp) * scale
+    out = tmp_path / "a.nnef.tar"
+    t2n.export(A().eval(), (x,), out)
+    assert np.array_equal(run_in_tract(str(out), [x.numpy()])[0], A()(x).numpy())

@@ -63,7 +63,9 @@ def _where(cls) -> str:
 
 def _inline_apply(cls, *args, **kwargs):
     if torch.is_grad_enabled():  # only t2n's own no-grad capture inlines
-        return _ORIGINAL_APPLY.__func__(cls, *args, **kwargs)
+        # bound through the descriptor protocol: a Python classmethod up to torch 2.13, a
+        # C classmethod_descriptor (no __func__) from 2.14
+        return _ORIGINAL_APPLY.__get__(None, cls)(*args, **kwargs)
     try:
         if _function._is_setup_context_defined(cls.setup_context):
             return cls.forward(*args, **kwargs)

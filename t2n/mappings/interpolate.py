@@ -16,6 +16,7 @@ import math
 import numpy as np
 import torch
 
+from t2n.mappings.helpers.memory_format import channels_last_contiguous
 from t2n.walk.registry import aten, own_shapes
 
 
@@ -155,19 +156,6 @@ def _symbolic_taps(g, mode, in_n, out_n, scale_factor, align_corners, weights_dt
     return taps
 
 
-def _channels_last_contiguous(sizes, strides) -> bool:
-    """``Tensor.is_contiguous(memory_format=channels_last[_3d])`` from traced strides."""
-    if strides is None or len(strides) != len(sizes):
-        return False
-    expected = 1
-    for d in [1] + list(range(len(sizes) - 1, 1, -1)) + [0]:
-        if sizes[d] != 1:
-            if strides[d] != expected:
-                return False
-            expected *= sizes[d]
-    return True
-
-
 def channels_last_kernel(g, x, mode, out_sizes) -> bool:
     """Whether PyTorch's CPU upsampling runs its channels-last kernel on this node (float
     weights; nearest's special sizes) rather than its generic one. Nearest and linear 2-D and
@@ -179,7 +167,7 @@ def channels_last_kernel(g, x, mode, out_sizes) -> bool:
         return False
     strides = g.node.in_strides[0] if g.node is not None and g.node.in_strides else None
     if isinstance(x.shape[1], int) and x.shape[1] > 3 and all(
-            isinstance(n, int) for n in x.shape) and _channels_last_contiguous(x.shape, strides):
+            isinstance(n, int) for n in x.shape) and channels_last_contiguous(x.shape, strides):
         return True
     return x.rank == 4 and all(isinstance(n, int) for n in out_sizes) and \
         out_sizes[0] + out_sizes[1] <= 128

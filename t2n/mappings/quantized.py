@@ -14,7 +14,8 @@ scales into that product. Dynamic linear layers quantize their input at run time
 PyTorch's min/max rule (7 bits on x86/fbgemm) and scale the int32 sums in float as PyTorch
 does. Element-wise quantized ops (add, cat, batch norm, activations) dequantize, compute in
 float and requantize to their output parameters; averaging pools round the average of the
-integers half to even, as PyTorch does.
+integers (or, where the running torch's kernel does, the average minus the zero point) half
+to even, as PyTorch does.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ import torch
 from t2n.mappings.helpers.dynamic_quant import (DynamicInt8Products, dynamic_linear,
                                                int8_weight, reduce_range_for_engine,
                                                weight_parts)
+from t2n.mappings.helpers.quantize_rounding import (average_rounded_off_zero_point,
+                                                    zero_point_rounded_with_product)
 from t2n.mappings.helpers.recurrence import FLOAT_PRODUCTS, layers
+from t2n.mappings.helpers.memory_format import channels_last_contiguous
 from t2n import dtypes
 from t2n.walk.registry import aten, lookup, own_shapes, quantized_variant
 
@@ -108,14 +112,22 @@ def quantize_per_tensor(g, self, scale, zero_point, dtype):
 
 
 def _quantize_fused(g, x, scale: float, zero_point: int, qdtype):
-    """PyTorch's ``quantize_per_tensor`` on x86 (fbgemm's ``Quantize``, whatever the
-    engine): ``round_half_even(fma(x, 1.f / float(scale), zero_point))``, the product and
-    the sum rounded once. The fused multiply-add is computed in f64 (the product of two
-    float32 is exact there) and rounded to float32. Measured equal to PyTorch on 8 M random
-    values; ``x * (1 / scale)`` rounded, then the zero point, differs on about 1 in 400 k,
-    which a deep network grows into steps of its output."""
+    """PyTorch's ``quantize_per_tensor`` on x86 (whatever the engine): ``x * (1.f /
+    float(scale))`` rounded half to even, with the zero point added where this torch adds it
+    (helpers/quantize_rounding.py): inside the rounding (fbgemm's fused multiply-add, torch
+    <= 2.13; computed in f64, where the product of two float32 is exact, then rounded to
+    float32) or after it (torch 2.14). Measured equal to PyTorch on 2 M random values with
+    each."""
+    fused = zero_point_rounded_with_product()
+    if fused is None:
+        raise g.error(f"this PyTorch ({torch.__version__}) rounds quantize_per_tensor in a way "
+                      "t2n does not know (neither fbgemm's fused multiply-add nor the product "
+                      "rounded first)")
     f32, f64 = torch.float32, torch.float64
     inv = float(torch.tensor(1.0, dtype=f32) / torch.tensor(scale, dtype=f32))
+    if not fused:
+        return _rounded_to(g, g.binary("mul", g.cast(x, f32), inv, f32), scale, zero_point,
+                           qdtype)
     y = g.binary("mul", g.cast(g.cast(x, f32), f64), inv, f64)
     if zero_point:
         y = g.binary("add", y, float(zero_point), f64)
@@ -454,15 +466,37 @@ def relu_q(g, self):
                    "adaptive_avg_pool2d", "adaptive_avg_pool3d", "mean", "upsample_bilinear2d")
 def averaging_on_integers(g, self, *args):
     """Averages keep the input's scale and zero point: PyTorch's kernels average the
-    integers and round half to even; so does this, on the integers as exact floats."""
+    integers and round half to even, some after taking the zero point off (which changes
+    the rounding at ties when it is odd: which kernels do depends on the op, the input's
+    memory layout and the torch version, helpers/quantize_rounding.py); so does this, on
+    the integers as exact floats."""
     scale, zp = qparams(g, self)
     lo, hi = _RANGE[self.dtype]
+    name = g.node.op.removeprefix("aten::")
     x = g.op("tract_core_cast", self, to="f32", out_dtype=torch.float32)
-    f = _float_call(g, g.node.op.removeprefix("aten::"), x, *args)
+    f = _float_call(g, name, x, *args)
+    probe = name + " global" if name.startswith("adaptive") and _all_ones(args[0]) else name
+    offset = zp and average_rounded_off_zero_point(probe, self.rank, _channels_last(g, self))
+    if offset:
+        f = g.binary("sub", f, float(zp), torch.float32)
     y = g.op("tract_core_round_even", f)
+    if offset:
+        y = g.binary("add", y, float(zp), torch.float32)
     y = g.op("tract_core_cast", g.op("clamp", y, float(lo), float(hi)),
              to=dtypes.tract_name(self.dtype), out_dtype=self.dtype)
     return set_qparams(g, y, scale, zp)
+
+
+def _all_ones(sizes) -> bool:
+    sizes = list(sizes) if isinstance(sizes, (list, tuple)) else [sizes]
+    return all(isinstance(n, int) and n == 1 for n in sizes)
+
+
+def _channels_last(g, x) -> bool:
+    """Whether the traced input was channels-last contiguous (PyTorch's kernel choice)."""
+    strides = g.node.in_strides[0] if g.node is not None and g.node.in_strides else None
+    return x.rank in (4, 5) and all(isinstance(n, int) for n in x.shape[1:]) and \
+        channels_last_contiguous([1] + list(x.shape[1:]), strides)
 
 
 @quantized_variant("hardtanh", "hardtanh_", "relu6", "clamp", "leaky_relu", "hardswish",
