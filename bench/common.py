@@ -169,6 +169,24 @@ def run_child(module: str, job: dict, timeout: float = 3600) -> dict:
     return json.loads(lines[-1])
 
 
+def run_file_child(module: str, spec: dict) -> dict:
+    """Run ``python -m module --child SPEC.json`` (a spec too large for the command line)
+    and return the JSON dict it printed last; a failure exits with its stderr."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    try:
+        p = subprocess.run([sys.executable, "-m", module, "--child", f.name],
+                           capture_output=True, text=True, cwd=ROOT,
+                           env=dict(os.environ, PYTHONPATH=ROOT))
+    finally:
+        os.unlink(f.name)
+    if p.returncode != 0:
+        raise SystemExit(f"tract child failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def child_main(handlers: dict) -> bool:
     """In a child: run the job named on the command line, print its JSON result."""
     if len(sys.argv) < 3 or sys.argv[1] != "--child":

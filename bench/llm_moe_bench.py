@@ -26,10 +26,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
+
+from bench import common as bench_common
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ("moe", "moe_grouped", "llama_active", "llama_total")
@@ -119,17 +119,7 @@ def child(spec: dict) -> dict:
 
 
 def run_child(spec: dict) -> dict:
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f)
-    try:
-        p = subprocess.run([sys.executable, "-m", "bench.llm_moe_bench", "--child", f.name],
-                           capture_output=True, text=True, cwd=ROOT,
-                           env=dict(os.environ, PYTHONPATH=ROOT))
-    finally:
-        os.unlink(f.name)
-    if p.returncode != 0:
-        raise SystemExit(f"tract child failed:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return bench_common.run_file_child("bench.llm_moe_bench", spec)
 
 
 def main(argv=None) -> None:

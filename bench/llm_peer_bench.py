@@ -41,6 +41,8 @@ import sys
 import tempfile
 import time
 
+from bench import common as bench_common
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPS = ("prefill128", "prefill512", "decode128", "decode512")
 NEW_TOKENS = 16
@@ -170,17 +172,7 @@ def child(spec: dict) -> dict:
 
 
 def run_child(spec: dict) -> dict:
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f)
-    try:
-        p = subprocess.run([sys.executable, "-m", "bench.llm_peer_bench", "--child", f.name],
-                           capture_output=True, text=True, cwd=ROOT,
-                           env=dict(os.environ, PYTHONPATH=ROOT))
-    finally:
-        os.unlink(f.name)
-    if p.returncode != 0:
-        raise SystemExit(f"tract child failed:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return bench_common.run_file_child("bench.llm_peer_bench", spec)
 
 
 # ---------------------------------------------------------------------------- report

@@ -39,8 +39,8 @@ from t2n.llm_experts import dense_experts_view, own_experts
 from t2n.llm_kernels import kernels_to_substitute, substituted_kernels
 from t2n.llm_lora import merged_lora_view
 from t2n.llm_result import CacheLayer, LLMExportResult
-from t2n.llm_state import (StepStates, is_dummy, is_linear, kv_states, linear_layer_states,
-                           present_states, step_cache)
+from t2n.llm_state import (StepStates, is_dummy, is_linear, kv_cache, kv_states,
+                           linear_layer_states, present_states, step_cache)
 from t2n.write.staging import check_destination, staged
 
 DEFAULT_NEW_TOKENS = 16
@@ -111,25 +111,6 @@ def load_causal_lm(ref):
 
 
 # ---------------------------------------------------------------------------- the step
-def _cache_classes():
-    from transformers.cache_utils import DynamicCache, DynamicLayer
-
-    class TensorLayer(DynamicLayer):
-        """A layer cache holding given tensors; its length is read from their shape, so
-        the trace keeps it symbolic (``P``) instead of testing ``numel() == 0``."""
-
-        def __init__(self, keys, values):
-            super().__init__()
-            self.keys, self.values = keys, values
-            self.device = keys.device
-            self.is_initialized = True
-
-        def get_seq_length(self) -> int:
-            return self.keys.shape[-2]
-
-    return DynamicCache, TensorLayer
-
-
 class CausalLMStep(torch.nn.Module):
     """``(input_ids, past_key_0, past_value_0, ...) -> (logits, present_key_0, ...)``.
 
@@ -160,10 +141,7 @@ class CausalLMStep(torch.nn.Module):
 
     def forward(self, input_ids, *past):
         if self.states is None:
-            DynamicCache, TensorLayer = _cache_classes()
-            cache = DynamicCache()
-            cache.layers = [TensorLayer(past[2 * i], past[2 * i + 1])
-                            for i in range(self.n_layers)]
+            cache = kv_cache(past, self.n_layers)
         else:
             cache = step_cache(self.states.specs, past, self.states.n_layers,
                                self.states.kinds)

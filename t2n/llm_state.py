@@ -235,6 +235,16 @@ def _layer_classes():
     return TensorKV, TensorLinear, TensorBoth
 
 
+def kv_cache(past, n_layers: int):
+    """A ``DynamicCache`` of ``n_layers`` attention layers holding ``past`` (keys and values
+    of each layer in turn)."""
+    cu, _ = _classes()
+    TensorKV, _, _ = _layer_classes()
+    cache = cu.DynamicCache()
+    cache.layers = [TensorKV(past[2 * i], past[2 * i + 1]) for i in range(n_layers)]
+    return cache
+
+
 def step_cache(specs: list[StateSpec], tensors, n_layers: int, layer_kinds: list[str]):
     """A ``DynamicCache`` holding ``tensors`` (one per spec, in order) for one step."""
     cu, _ = _classes()
