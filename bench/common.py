@@ -187,6 +187,12 @@ def run_file_child(module: str, spec: dict) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def serve_file_child(spec_path: str, work) -> None:
+    """The child side of :func:`run_file_child`: ``work(spec)``'s JSON on stdout."""
+    with open(spec_path) as f:
+        print(json.dumps(work(json.load(f))))
+
+
 def child_main(handlers: dict) -> bool:
     """In a child: run the job named on the command line, print its JSON result."""
     if len(sys.argv) < 3 or sys.argv[1] != "--child":

@@ -23,7 +23,6 @@ prompt and one decoding step at context 128.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -131,9 +130,7 @@ def main(argv=None) -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
-        with open(a.child) as f:
-            print(json.dumps(child(json.load(f))))
-        return
+        return bench_common.serve_file_child(a.child, child)
     names = a.models.split(",")
     with tempfile.TemporaryDirectory(prefix="t2n-moe-bench-") as d:
         for weights in a.weights.split(","):

@@ -224,9 +224,7 @@ def main(argv=None) -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
-        with open(a.child) as f:
-            print(json.dumps(child(json.load(f))))
-        return
+        return bench_common.serve_file_child(a.child, child)
     spec = {"names": ["t2n", "peer"], "layers": 12, "heads": 4, "dim": 64,
             "prompt": [(7919 * i + 13) % 32000 for i in range(1, 9)], "new_tokens": NEW_TOKENS,
             "ops": a.ops.split(","), "reps": a.reps, "profile": a.profile}
