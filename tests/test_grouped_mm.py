@@ -42,6 +42,26 @@ def test_reduced_axis_and_columns_grouped():
 
 
 import transformers
+import transformers.integrations.moe  # noqa: F401  (registers transformers::grouped_mm_fallback)
+
+
+class Fallback(torch.nn.Module):
+    """transformers' own grouped product, as torch.export records its experts on a CPU."""
+
+    def forward(self, x, w, offs):
+        return torch.ops.transformers.grouped_mm_fallback(x, w, offs)
+
+
+@pytest.mark.parametrize("capture", ["export", "trace"])
+def test_transformers_grouped_mm_fallback(capture):
+    """Rows sorted by expert, an empty group, rows past the last offset (zeros there, as
+    its loop leaves them), through either capture; offsets are run-time values (checked
+    on other ones)."""
+    x, w = torch.randn(10, 6), torch.randn(4, 6, 5)
+    offs = torch.tensor([3, 3, 7, 9], dtype=torch.int32)
+    assert_exports(Fallback(), (x, w, offs),
+                   more_args=[(x, w, torch.tensor([0, 5, 5, 10], dtype=torch.int32))],
+                   capture=capture)
 
 
 def _mixtral():

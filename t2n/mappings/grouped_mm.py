@@ -1,5 +1,7 @@
 """``aten::_grouped_mm``: the grouped matrix product of mixture-of-experts layers
-(``transformers`` 5 routes each (token, expert) pair to its expert this way).
+(``transformers`` 5 routes each (token, expert) pair to its expert this way), and
+``transformers::grouped_mm_fallback``, transformers' custom op for the same product where
+torch's kernel does not apply (float32 on a CPU).
 
 The groups are given at run time by ``offs`` (cumulative group ends, int32): row ``i`` of
 a 2-D operand belongs to group ``e`` when ``offs[e-1] <= i < offs[e]``. How many rows each
@@ -82,3 +84,16 @@ def grouped_mm(g, self, mat2, offs=None, bias=None, out_dtype=None):
             raise g.error(f"offs: operands of ranks {self.rank} and {mat2.rank} do not form "
                           "a grouped product")
     return g.cast(out, g.out_dtype()) if out_dtype is not None else out
+
+
+@aten("transformers::grouped_mm_fallback")
+def grouped_mm_fallback(g, input, weight, offs):
+    """transformers' own grouped product (``transformers/integrations/moe.py``), the op a
+    ``torch.export`` capture of its experts records where ``torch._grouped_mm`` does not
+    apply (float32 on a CPU): ``input [S, K]`` rows sorted by expert, ``weight [E, K, N]``,
+    ``offs [E]`` cumulative row ends; rows past ``offs[-1]`` are 0, as in its loop. The
+    rows layout of ``aten::_grouped_mm``, which computes exactly this."""
+    if input.rank != 2 or weight.rank != 3:
+        raise g.error(f"input, weight: a [S, K] input and [E, K, N] expert weights are "
+                      f"needed (got ranks {input.rank} and {weight.rank})")
+    return grouped_mm(g, input, weight, offs)
