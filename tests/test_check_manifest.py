@@ -160,8 +160,10 @@ def test_mismatch_is_a_failure_entry(tmp_path, monkeypatch):
     ('[[model]\n', "invalid TOML"),
     ('[[model]]\nname = "a"\nmodel = "m:f"\ninputs = ["x:2x8:i64"]\n'
      'int_range = ["y=0:2"]\n', "'y', which is not an input"),
+    ('[[model]]\nname = "a"\nmodel = "m:f"\ninputs = ["x:2x8:f32"]\ncapture = "jit"\n',
+     "capture='jit': choose 'export'"),
 ], ids=["typo", "no-model", "bad-spec", "duplicate", "top-level", "toml-syntax",
-        "int-range-unknown-input"])
+        "int-range-unknown-input", "capture"])
 def test_bad_manifest_is_a_usage_error(tmp_path, body, needle):
     path = tmp_path / "m.toml"
     path.write_text(body)

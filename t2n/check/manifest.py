@@ -19,6 +19,8 @@
     rtol = 1e-4                              # optional; also atol, seed, int_range = "0:10"
                                              # (or ["0:1000", "mask=0:2"]: per input),
                                              # output_names = [...], timeout (seconds)
+    capture = "trace"                        # optional: export, trace or auto (default:
+                                             # t2n's, torch.export for a Python module)
 
 Parsing validates every field and rejects unknown keys (a typo must not silently turn a
 check off), so a bad manifest fails with exit code 2 before any model runs.
@@ -41,7 +43,7 @@ else:  # pragma: no cover - python 3.10
 _TOP_KEYS = {"model", "pythonpath", "extensions"}
 _MODEL_KEYS = {"name", "model", "inputs", "dynamic", "rtol", "atol", "seed", "int_range",
                "output_names", "timeout", "trust_pickle", "stream", "pulse",
-               "constant_outputs", "extensions"}
+               "constant_outputs", "extensions", "capture"}
 
 
 @dataclass
@@ -62,6 +64,7 @@ class ModelEntry:
     pulse: int | None = None
     constant_outputs: list[str] = field(default_factory=list)  # outputs meant to be constant
     extensions: list[str] = field(default_factory=list)  # modules of t2n.mapping functions
+    capture: str | None = None  # export's capture= (None: t2n's default)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -181,10 +184,18 @@ def _entry(m: dict, i: int, base: str, pythonpath: list[str], path: str) -> Mode
     if pulse is not None and (stream is None or isinstance(pulse, bool)
                               or not isinstance(pulse, int) or pulse < 1):
         raise UsageError(f"{where}: pulse must be a positive integer, with stream set")
+    capture = m.get("capture")
+    if capture is not None:
+        from t2n.capture.strategies import check_capture
+
+        try:
+            check_capture(capture)
+        except UsageError as e:
+            raise UsageError(f"{where}: {e}") from None
     return ModelEntry(name=m["name"], model=model, inputs=inputs, dynamic=dynamic,
                       seed=seed, int_range=int_range, output_names=out_names,
                       trust_pickle=trust, pythonpath=pythonpath, stream=stream, pulse=pulse,
-                      constant_outputs=constant,
+                      constant_outputs=constant, capture=capture,
                       extensions=_module_list(m.get("extensions", []), f"{where}: extensions"),
                       **nums)
 

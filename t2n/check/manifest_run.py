@@ -289,6 +289,7 @@ def _convert(e: dict) -> dict:
                dynamic_axes=dyn, check=True, rtol=e["rtol"], atol=e["atol"], **stream,
                constant_outputs=e.get("constant_outputs") or None, seed=e["seed"],
                **({"int_range": int_range} if int_range else {}),
+               **({"capture": e["capture"]} if e.get("capture") else {}),
                **({"keep_failed": e["keep_failed"]} if e.get("keep_failed") else {}))
     return {"status": "pass", "message": "", "export": result_dict(r)}
 
