@@ -19,7 +19,8 @@ import torch
 from t2n import dtypes, extensions, passes
 from t2n import streaming as _stream
 from t2n.capture import model_io
-from t2n.capture.strategies import STRATEGIES, capture_order, capture_report, fallback_note
+from t2n.capture.strategies import (STRATEGIES, capture_failure_note, capture_order,
+                                    capture_report, fallback_note)
 from t2n.capture.trace import load_model
 from t2n.check import constant_outputs
 from t2n.check.compare import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
@@ -38,12 +39,14 @@ __all__ = ["export", "export_graph", "check_archive", "ExportResult", "TensorInf
 def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None,
            check: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
            weights: str = "f32", streaming: str | None = None, pulse: int | None = None,
-           target: str = "tract", capture: str = "trace", dtype: str | None = None,
+           target: str = "tract", capture: str | None = None, dtype: str | None = None,
            **options) -> ExportResult:
     """Export ``model`` run on ``args`` to the NNEF archive ``f`` (docs/api.md has every
     argument and option).
 
-    ``capture`` ("trace" or "export") captures the model, every aten op is mapped, the
+    ``capture`` captures the model (None: torch.export for an ``nn.Module``, a
+    ScriptModule's own graph, the trace for what torch.export cannot take; "export",
+    "trace" or "auto": :mod:`t2n.capture.strategies`), every aten op is mapped, the
     passes and the ``target`` ("tract", "khronos") shape the graph, ``weights`` ("f32",
     "f16", "q4_0") says how weights are stored and ``streaming``/``pulse`` make a
     streaming export; a bfloat16 model needs ``dtype`` ("f32"/"f16"). The archive is
@@ -201,7 +204,7 @@ def _build(session, binding, output_names, dynamic_axes, stream_spec=None) -> _B
                 raise
             session.warnings.append(fallback_note(used, e, order[tried + 1]))
     session.captured_with = used
-    said = capture_report(capture_with, used)
+    said = capture_report(capture_with, used, model, binding)
     if said:
         session.extras.setdefault("report_lines", []).append(said)
     session.warnings += program.warnings
@@ -232,8 +235,14 @@ def _capture_walk(session, capture: str, binding, in_names, symbols, least, dyna
     (graph, its inputs, the model's outputs, the captured program)."""
     model, args = session.model, binding.tensors
     most = _symbol_maxima(dynamic_axes) if dynamic_axes else {}
-    program = STRATEGIES[capture].capture(model, binding, symbols, in_names,
-                                          bounds=(least, most))
+    try:
+        program = STRATEGIES[capture].capture(model, binding, symbols, in_names,
+                                              bounds=(least, most))
+    except Exception as e:
+        note = capture_failure_note(session.capture, capture)  # the default: the others
+        if note:
+            e.add_note(note)
+        raise
     g = Graph(session)
     g.symbol_maxima = most
     inputs = []
@@ -257,7 +266,7 @@ def _capture_walk(session, capture: str, binding, in_names, symbols, least, dyna
 
 
 def export_graph(model, args, *, input_names=None, output_names=None, dynamic_axes=None,
-                 streaming=None, capture: str = "trace", dtype: str | None = None,
+                 streaming=None, capture: str | None = None, dtype: str | None = None,
                  weights: str = "f32", **options) -> Graph:
     """The NNEF graph ``export`` would write for these arguments (after the passes).
 

@@ -76,7 +76,9 @@ class _T2NGroup(click.Group):
                 traceback.print_exc()
             prefix = "check failed" if e.exit_code == EXIT_CHECK_FAILED else "error"
             kept = getattr(e, "kept_archive", None)
-            _print_error(prefix, str(e) + (f" (the archive is kept at {kept})" if kept else ""))
+            notes = "".join("\n" + n for n in getattr(e, "__notes__", ()))  # capture hints
+            _print_error(prefix, str(e) + (f" (the archive is kept at {kept})" if kept else "")
+                         + notes)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             _err("t2n: interrupted; nothing was written")
@@ -211,11 +213,13 @@ class TableChoice(click.Choice):
               type=TableChoice("t2n.targets:TARGETS"),
               help="NNEF dialect: tract (tract_core ops, dynamic shapes) or khronos "
                    "(standard NNEF 1.0.5, checked with nnef-tools).")
-@click.option("--capture", default="trace", show_default=True,
+@click.option("--capture", default=None,
               type=TableChoice("t2n.capture.strategies:CHOICES"),
-              help="Front end: torch.jit.trace, torch.export (data-dependent control "
-                   "flow is an error instead of being frozen), or auto (torch.export, "
-                   "else the trace, saying why).")
+              help="Front end: export (torch.export: data-dependent control flow is an "
+                   "error instead of being frozen), trace (torch.jit.trace), or auto "
+                   "(torch.export, else the trace, saying why). Default: export for a "
+                   "Python module, a TorchScript file's own graph, the trace for torch.ao "
+                   "quantized models.")
 @_EXTENSION_OPTION
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")

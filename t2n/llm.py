@@ -390,6 +390,8 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
                             properties=_properties(model, layers, states, vocab, weights,
                                                    all_logits, kv_cache),
                             quiet=quiet, progress=progress, weights=weights,
+                            # the kernels' substitutes and the layer hooks are the trace's
+                            capture="trace",
                             **states.cache_option(kv_cache))
         result.path = f  # where it will be; its tokens are generated from work
         # transformers compares sizes in Python per layer (q_length > 1, ...): one line each

@@ -1,6 +1,8 @@
 """The check proves the graph, not one replay: besides the example it runs fresh inputs of
 the same shapes and the dynamic axes at another size (t2n.check.input_sets, t2n.check.fresh_inputs),
-and it fails outputs that depend on no input unless they are declared constant."""
+and it fails outputs that depend on no input unless they are declared constant. The frozen
+models here are traced (``capture="trace"``): torch.export refuses them at capture
+(tests/test_capture_default.py)."""
 
 import json
 import os
@@ -30,7 +32,7 @@ def test_numpy_frozen_output_fails_the_check_naming_output_and_input_set(tmp_pat
     with pytest.raises(t2n.CheckFailedError) as e, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t2n.export(cli_models.NumpyTanh(), (torch.randn(2, 4),), path, input_names=["x"],
-                   output_names=["y"], check=True)
+                   output_names=["y"], check=True, capture="trace")
     msg = str(e.value)
     assert "y: MISMATCH" in msg and "on input set fresh" in msg, msg
     sets = "example, fresh"
@@ -48,16 +50,17 @@ def test_numpy_frozen_output_with_a_dynamic_axis_is_refused_at_export(tmp_path):
             warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t2n.export(cli_models.NumpyTanh(), (torch.randn(2, 4),), tmp_path / "m.tar",
-                   input_names=["x"], dynamic_axes={"x": {0: "B"}}, check=True)
+                   input_names=["x"], dynamic_axes={"x": {0: "B"}}, check=True,
+                   capture="trace")
     assert "cli_models.py:" in str(e.value)
     r = run_cli("export", "cli_models:make_numpy_tanh", "-o", tmp_path / "m.tar", "--input",
-                "x:3x4:f32", "--dynamic", "x:0=B", "--check")
+                "x:3x4:f32", "--dynamic", "x:0=B", "--check", "--capture", "trace")
     assert r.exit_code == 2 and "changes with the size of dynamic axis B" in r.output
 
 
 def test_numpy_frozen_output_fails_the_cli_check(tmp_path):
     r = run_cli("export", "cli_models:make_numpy_tanh", "-o", tmp_path / "m.tar", "--input",
-                "x:3x4:f32", "--output-name", "y", "--check", "--json")
+                "x:3x4:f32", "--output-name", "y", "--check", "--json", "--capture", "trace")
     assert r.exit_code == 1, r.output
     data = json.loads(r.stdout)
     assert [s["name"] for s in data["input_sets"]] == ["example", "fresh"]
@@ -70,7 +73,7 @@ def test_numpy_frozen_output_fails_the_cli_check(tmp_path):
 def test_assert_exports_fails_on_the_fresh_inputs():
     with pytest.raises(AssertionError) as e, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert_exports(cli_models.NumpyTanh(), (torch.randn(2, 4),))
+        assert_exports(cli_models.NumpyTanh(), (torch.randn(2, 4),), capture="trace")
     assert "output_0: MISMATCH" in str(e.value) and "on input set fresh" in str(e.value)
 
 
@@ -78,7 +81,8 @@ def test_fresh_inputs_false_compares_the_example_only(tmp_path):
     """The opt-out for inputs whose exact values matter (a grid of special values, matrices
     that must be positive definite): only the example is compared, and the report says so."""
     r = t2n.export(cli_models.NumpyTanh(), (torch.randn(2, 4),), tmp_path / "m.tar",
-                   check=True, fresh_inputs=False, constant_outputs=["output_0"])
+                   check=True, fresh_inputs=False, constant_outputs=["output_0"],
+                   capture="trace")
     assert r.passed and [s["name"] for s in r.extras["input_sets"]] == ["example"]
 
 
@@ -236,6 +240,7 @@ def test_manifest_check_fails_a_frozen_model_and_accepts_a_declared_constant(tmp
         name = "numpy"
         model = "cli_models:make_numpy_tanh"
         inputs = ["x:2x4:f32"]
+        capture = "trace"
         [[model]]
         name = "table"
         model = "cli_models:make_with_table"

@@ -40,14 +40,17 @@ def test_export_entry_point_loads_nothing_heavy(code):
 
 
 
-def test_static_export_loads_nothing_heavy():
-    """Exporting a model without dynamic axes needs neither sympy (symbolic sizes only) nor
-    torch's compiler stacks nor tract in this process: the load check runs tract in a child
-    (through t2n.check.tract_runner, which imports numpy only)."""
+def test_static_traced_export_loads_nothing_heavy():
+    """Exporting a model without dynamic axes through the trace needs neither sympy
+    (symbolic sizes only) nor torch's compiler stacks nor tract in this process: the load
+    check runs tract in a child (through t2n.check.tract_runner, which imports numpy only).
+    The default capture, torch.export, imports torch._dynamo and sympy itself (about 2 CPU
+    s, once per process: docs/capture.md)."""
     mods = _loaded("import torch, t2n, tempfile, os\n"
                    "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())\n"
                    "d = tempfile.mkdtemp()\n"
-                   "t2n.export(m, (torch.randn(2, 8),), os.path.join(d, 'm.tgz'))")
+                   "t2n.export(m, (torch.randn(2, 8),), os.path.join(d, 'm.tgz'), "
+                   "capture='trace')")
     heavy = sorted(m for m in mods if any(m == h or m.startswith(h + ".") for h in HEAVY
                                           if h not in ("t2n.mappings", "t2n.check.tract_runner")))
     assert heavy == [], heavy

@@ -98,39 +98,65 @@ class Export:
 STRATEGIES = {"trace": Trace(), "torchscript": SavedTorchScript(), "export": Export()}
 
 
-# what a user chooses (capture=, --capture): "torchscript" is picked for ScriptModules
-CHOICES = {"trace": "torch.jit.trace", "export": "torch.export",
+# what a user chooses (capture=, --capture); None, the default, picks by the model's kind
+# (:func:`default_capture`)
+CHOICES = {"export": "torch.export", "trace": "torch.jit.trace",
            "auto": "torch.export, else torch.jit.trace saying why"}
+USED = {**CHOICES, "torchscript": "the ScriptModule's own TorchScript graph"}
 
 
-def check_capture(capture) -> str:
-    """``capture`` when it is one of :data:`CHOICES`, else a UsageError naming them."""
-    if capture not in CHOICES:
-        from t2n.errors import UsageError
-
+def check_capture(capture) -> str | None:
+    """``capture`` when it is None or one of :data:`CHOICES`, else a UsageError naming them."""
+    if capture is not None and capture not in CHOICES:
         raise UsageError(f"capture={capture!r}: choose " + " or ".join(
             f"{k!r} ({v})" for k, v in CHOICES.items()))
     return capture
 
 
+def default_capture(model, binding=None) -> tuple[str, str | None]:
+    """The capture of ``capture=None`` and, when it is not torch.export, why: torch.export
+    for an ``nn.Module``; a ScriptModule (a ``torch.jit.save`` file) is read as its own
+    graph; a model holding TorchScript objects (the packed weights of torch.ao's quantized
+    modules, which torch.export cannot trace) is traced."""
+    if isinstance(model, torch.jit.ScriptModule):
+        used = resolve_capture("trace", model, binding)
+        return used, (None if used == "torchscript" else "a ScriptModule called with keywords")
+    holder = _script_object_holder(model)
+    if holder is not None:
+        return "trace", (f"{holder} holds TorchScript objects (torch.ao quantized packed "
+                         "weights), which torch.export cannot trace")
+    return "export", None
+
+
+def _script_object_holder(model: torch.nn.Module) -> str | None:
+    """The qualified name (or class) of the first submodule holding a ``ScriptObject``."""
+    for name, module in model.named_modules():
+        if any(isinstance(v, torch._C.ScriptObject) for v in vars(module).values()):
+            return f"{name} ({type(module).__name__})" if name else type(module).__name__
+    return None
+
+
 def resolve_capture(capture: str, model, binding=None) -> str:
     """The strategy's name for ``capture=`` ("trace" or "export"): a ScriptModule called
     positionally is read as it is saved ("torchscript") rather than traced."""
+    if capture is None:
+        return default_capture(model, binding)[0]
     if capture == "trace" and isinstance(model, torch.jit.ScriptModule) \
             and not (binding is not None and binding.keywords):
         capture = "torchscript"
     return capture
 
 
-def capture_strategy(capture: str, model, binding=None):
-    """The strategy for ``capture=`` ("trace" or "export"); see :func:`resolve_capture`."""
+def capture_strategy(capture: str | None, model, binding=None):
+    """The strategy for ``capture=``; see :func:`resolve_capture`."""
     return STRATEGIES[resolve_capture(capture, model, binding)]
 
 
-def capture_order(capture: str, model, binding=None) -> list[str]:
+def capture_order(capture: str | None, model, binding=None) -> list[str]:
     """The captures to try, in order. ``"auto"``: torch.export, and the trace when it fails
     (:func:`fallback_note` says why); a ScriptModule or a function, which torch.export does
-    not take, goes straight to the trace (a ScriptModule: its own graph)."""
+    not take, goes straight to the trace (a ScriptModule: its own graph). None: the one
+    :func:`default_capture` picks, with no fallback."""
     if capture != "auto":
         return [resolve_capture(capture, model, binding)]
     if not isinstance(model, torch.nn.Module) or isinstance(model, torch.jit.ScriptModule):
@@ -145,12 +171,24 @@ def fallback_note(failed: str, error: BaseException, used: str) -> str:
     why = first_line(error) or type(error).__name__
     if len(why) > 300:
         why = why[:297] + "..."
-    return (f"capture='auto': {CHOICES[failed]} failed ({type(error).__name__}: {why}); "
-            f"captured with {CHOICES.get(used, used)}")
+    return (f"capture='auto': {USED[failed]} failed ({type(error).__name__}: {why}); "
+            f"captured with {USED.get(used, used)}")
 
 
-def capture_report(asked: str, used: str) -> str | None:
-    """The report's line naming the capture used, when the user let t2n choose."""
-    if asked != "auto":
+def capture_failure_note(asked: str | None, failed: str) -> str | None:
+    """The note a failed capture adds to its error when t2n chose torch.export (the
+    default): the other captures, which may take the model."""
+    if asked is None and failed == "export":
+        return ("torch.export is the default capture; capture='trace' (--capture trace) "
+                "records the example's path instead, capture='auto' tries torch.export "
+                "then the trace")
+    return None
+
+
+def capture_report(asked: str | None, used: str, model=None, binding=None) -> str | None:
+    """The report's line naming the capture used, when the user let t2n choose (the
+    default, or ``"auto"``), with the reason when the default is not torch.export."""
+    if asked not in (None, "auto"):
         return None
-    return f"capture: {used} ({CHOICES.get(used, 'TorchScript')})"
+    why = default_capture(model, binding)[1] if asked is None else None
+    return f"capture: {used} ({USED.get(used, used)})" + (f": {why}" if why else "")

@@ -1,0 +1,104 @@
+"""The default capture (``capture=None``, no ``--capture``): torch.export for a Python
+module, a ScriptModule's own graph, the trace for a model holding torch.ao's packed
+weights; the report names the capture used and why it is not torch.export. The tests
+pass ``capture=None`` themselves, so that ``T2N_TEST_CAPTURE`` (tests/conftest.py) leaves
+them on the default."""
+
+import copy
+
+import pytest
+import torch
+
+import t2n
+from t2n.testing import assert_exports
+
+
+class Affine(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x)) * 2.0
+
+
+class ValueBranch(torch.nn.Module):
+    """Python control flow on a tensor's value: torch.export refuses it."""
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return x + 1.0
+        return x - 1.0
+
+
+def test_a_python_module_is_captured_by_torch_export():
+    r = assert_exports(Affine(), (torch.randn(3, 8),), input_names=["x"],
+                       dynamic_axes={"x": {0: "B"}}, more_args=[(torch.randn(5, 8),)],
+                       capture=None)
+    assert r.capture == "export"
+    assert "capture: export (torch.export)" in r.report()
+
+
+def test_a_script_module_is_read_as_its_own_graph():
+    scripted = torch.jit.script(Affine().eval())
+    r = assert_exports(scripted, (torch.randn(3, 8),), capture=None)
+    assert r.capture == "torchscript"
+    assert "capture: torchscript (the ScriptModule's own TorchScript graph)" in r.report()
+
+
+def test_a_saved_torchscript_file_exports(tmp_path):
+    path = tmp_path / "affine.pt"
+    torch.jit.save(torch.jit.trace(Affine().eval(), torch.randn(2, 8)), str(path))
+    r = t2n.export(str(path), (torch.randn(3, 8),), tmp_path / "a.nnef.tgz", check=True,
+                   capture=None)
+    assert r.passed and r.capture == "torchscript"
+
+
+def test_a_torch_ao_quantized_model_is_traced_saying_why():
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                              torch.nn.Linear(32, 4)).eval()
+    dq = torch.ao.quantization.quantize_dynamic(copy.deepcopy(mlp), {torch.nn.Linear},
+                                                dtype=torch.qint8)
+    r = assert_exports(dq, (torch.randn(2, 16),), capture=None)
+    assert r.capture == "trace"
+    line = next(ln for ln in r.report().splitlines() if "capture: trace" in ln)
+    assert "torch.ao quantized packed weights" in line and "LinearPackedParams" in line, line
+
+
+def test_a_model_torch_export_refuses_names_the_other_captures(tmp_path):
+    with pytest.raises(Exception) as info:
+        t2n.export(ValueBranch(), (torch.randn(3, 4),), tmp_path / "v.nnef.tgz",
+                   capture=None)
+    notes = getattr(info.value, "__notes__", [])
+    assert any("capture='trace'" in n and "capture='auto'" in n for n in notes), notes
+    assert not (tmp_path / "v.nnef.tgz").exists()
+
+
+def test_an_explicit_capture_is_kept():
+    r = assert_exports(Affine(), (torch.randn(3, 8),), capture="trace")
+    assert r.capture == "trace" and "capture: trace" not in r.report()
+
+
+def test_the_cli_default_is_torch_export_and_prints_the_hint(tmp_path):
+    from click.testing import CliRunner
+
+    from t2n.cli import cli
+
+    out = tmp_path / "m.nnef.tgz"
+    res = CliRunner().invoke(cli, ["export", "cli_models:make_mlp", "-o", str(out),
+                                   "--input", "x:3x8:f32"])
+    assert res.exit_code == 0, res.output
+    assert "capture: export (torch.export)" in res.output
+
+
+def test_a_model_computing_in_numpy_is_refused_at_capture(tmp_path):
+    """The trace freezes a value computed outside torch (the check then fails it on fresh
+    inputs: tests/test_check_fresh.py); the default capture refuses it at once."""
+    import cli_models
+
+    with pytest.raises(Exception) as info:
+        t2n.export(cli_models.NumpyTanh(), (torch.randn(2, 4),), tmp_path / "n.nnef.tgz",
+                   capture=None)
+    assert "cli_models.py:" in str(info.value), str(info.value)
+    assert not (tmp_path / "n.nnef.tgz").exists()
