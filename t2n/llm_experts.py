@@ -20,7 +20,8 @@ infinity or NaN into the sum.
 
 The user's model is never modified: :func:`dense_experts_view` returns a view of it
 (:mod:`t2n.llm_views`: new module objects over the same tensors) whose experts modules run
-:func:`dense_experts_forward`; everything else runs the model's own code.
+:func:`dense_experts_forward` (DBRX's, a plain loop outside the switch, the dense form of
+:mod:`t2n.llm_experts_dbrx`); everything else runs the model's own code.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import types
 import torch
 
 from t2n.errors import UsageError
+from t2n.llm_experts_dbrx import dbrx_dense_experts_forward, is_dbrx_experts
 from t2n.llm_views import module_view
 
 # the attributes transformers' ``use_experts_implementation`` gives an experts module
@@ -125,12 +127,25 @@ def dense_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.
     return out.to(x.dtype)
 
 
+def _dense_forward(module: torch.nn.Module):
+    """The dense forward for ``module`` if it is an experts module t2n knows, else None."""
+    if is_experts_module(module):
+        return dense_experts_forward
+    if is_dbrx_experts(module):
+        return dbrx_dense_experts_forward
+    return None
+
+
+_DENSE_FORWARDS = (dense_experts_forward, dbrx_dense_experts_forward)
+
+
 def dense_experts_view(model: torch.nn.Module) -> tuple[torch.nn.Module, int]:
     """``(view, n)``: ``model`` itself and 0 when it has no experts modules, else a shallow
     copy of its module tree (each module a new object sharing the parameter and buffer
     tensors; a module shared inside the tree stays shared) whose ``n`` experts modules
-    compute densely. Expert-parallel modules (sharded experts) are refused."""
-    found = [m for m in model.modules() if is_experts_module(m)]
+    compute densely (transformers' ``use_experts_implementation`` ones and DBRX's). Expert-
+    parallel modules (sharded experts) are refused."""
+    found = [m for m in model.modules() if _dense_forward(m) is not None]
     if not found:
         return model, 0
     if any(getattr(m, "_is_expert_parallel", False) for m in found):
@@ -138,10 +153,11 @@ def dense_experts_view(model: torch.nn.Module) -> tuple[torch.nn.Module, int]:
                          "parallelism; t2n llm exports a model holding all its experts")
 
     def dense(m: torch.nn.Module):
-        if not is_experts_module(m):
+        forward = _dense_forward(m)
+        if forward is None:
             return None
         c = module_view(m, lambda sub: sub if sub is not m else None)
-        c.forward = types.MethodType(dense_experts_forward, c)
+        c.forward = types.MethodType(forward, c)
         return c
 
     return module_view(model, dense), len(found)
@@ -153,6 +169,6 @@ def own_experts(model: torch.nn.Module) -> torch.nn.Module:
     check's reference is transformers' code, not t2n's dense form."""
     for m in model.modules():
         if isinstance(m.__dict__.get("forward"), types.MethodType) \
-                and m.__dict__["forward"].__func__ is dense_experts_forward:
+                and m.__dict__["forward"].__func__ in _DENSE_FORWARDS:
             del m.__dict__["forward"]
     return model

@@ -237,7 +237,8 @@ def unbind(g, self, dim=0):
                           "a boolean mask): a Python loop over them (`for e in "
                           "x.nonzero()`, a mixture-of-experts loop over the experts hit) "
                           "was unrolled by the trace for the example's count, so the graph "
-                          "would be wrong for any other; compute every row densely instead")
+                          "would be wrong for any other; compute every row densely instead "
+                          "(`t2n llm` exports the experts of transformers' decoders so)")
         raise g.error(f"dim={dim}: unbinding a dynamic axis gives one output per element")
     return [g.squeeze(g.slice(self, axis, i, i + 1), [axis]) for i in range(self.shape[axis])]
 
