@@ -90,8 +90,9 @@ def test_dense_dbrx_experts_compute_transformers_experts(top_k, norm):
 
 
 def test_plain_export_refuses_the_loop_and_points_to_t2n_llm(tmp_path):
-    """``t2n export`` traces DBRX's loop over the experts hit: refused, naming the loop's
-    line in transformers' source and the route that exports it."""
+    """``t2n export --capture trace`` traces DBRX's loop over the experts hit: refused,
+    naming the loop's line in transformers' source and the route that exports it (the
+    default capture, torch.export, refuses the data-dependent loop itself)."""
     from t2n import export
 
     class Logits(torch.nn.Module):
@@ -109,4 +110,4 @@ def test_plain_export_refuses_the_loop_and_points_to_t2n_llm(tmp_path):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             export(Logits(_model()), (ids,), tmp_path / "m.nnef.tar", quiet=True,
-                   input_names=["ids"], dynamic_axes={"ids": {1: "S"}})
+                   input_names=["ids"], dynamic_axes={"ids": {1: "S"}}, capture="trace")
