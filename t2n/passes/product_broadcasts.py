@@ -20,7 +20,8 @@ written on un-broadcast operands, in the algebra the broadcast implies:
   it shares with another operand at full size is broadcast by the product itself; a
   contracted axis (``sum_k r[0] * B[k] = r[0] * sum_k B[k]``) reads the other operand
   summed over that axis instead;
-* an operand ``concat`` along a contracted axis with a broadcast member: the product is
+* an operand ``concat`` along a contracted axis with a broadcast member, directly or in a
+  nested concat along the same axis (tract splits each level in turn): the product is
   written as the sum of the products of each member with the matching slice of the other
   operand (what tract does itself), each then as above;
 * an element-wise op between a broadcast and a product, whose operands are all smaller
@@ -167,13 +168,31 @@ def _product_on_broadcast(g: Graph, index: Index, op: Op, found) -> bool:
     return False
 
 
+def _members(index: Index, cat: Op) -> list[Tensor]:
+    """The members of ``cat``, with a member that is itself a concat along the same axis
+    replaced by its own members (recursively): tract's ``ConcatThenEinsum`` splits a product
+    over each level in turn, so a broadcast nested in an inner concat (Autoformer's
+    ``cat([lags, cat([static.expand(...), time_features])])``) reaches a product as surely as
+    a direct member."""
+    out = []
+    for m in cat.args[0]:
+        inner = index.made_by(m, "concat")
+        if inner is not None and inner.attrs["axis"] == cat.attrs["axis"]:
+            out.extend(_members(index, inner))
+        else:
+            out.append(m)
+    return out
+
+
 def _product_on_concat(g: Graph, index: Index, op: Op, found) -> bool:
-    """A product over a concat along a contracted axis with a broadcast member: the sum of
-    the products of the members with the matching slices of the other operand."""
+    """A product over a concat along a contracted axis with a broadcast member (at any depth
+    of concats along that axis): the sum of the products of the members with the matching
+    slices of the other operand."""
     operands, specs, out_spec = found
     for i, t in enumerate(operands):
         cat = index.made_by(t, "concat")
-        if cat is None or not any(_unbroadcast(g, index, m) for m in cat.args[0]):
+        members = [] if cat is None else _members(index, cat)
+        if not any(_unbroadcast(g, index, m) for m in members):
             continue
         c = specs[i][cat.attrs["axis"]]
         others = [j for j, s in enumerate(specs) if j != i and c in s]
@@ -187,7 +206,7 @@ def _product_on_concat(g: Graph, index: Index, op: Op, found) -> bool:
 
         def build():
             start = 0
-            for k, m in enumerate(cat.args[0]):
+            for k, m in enumerate(members):
                 end = start + m.shape[cat.attrs["axis"]]
                 new = list(operands)
                 new[i] = m
@@ -286,9 +305,9 @@ def _transpose_on_broadcast(g: Graph, index: Index, op: Op, feeding: set[int]) -
         def build():
             r = g.unsqueeze_to_rank(hit[0], x.rank)
             return g.broadcast_to(g.transpose(r, perm), list(y.shape))
-    elif cat is not None and any(_unbroadcast(g, index, m) for m in cat.args[0]):
+    elif cat is not None and any(_unbroadcast(g, index, m) for m in _members(index, cat)):
         def build():
-            return g.concat([g.transpose(m, perm) for m in cat.args[0]],
+            return g.concat([g.transpose(m, perm) for m in _members(index, cat)],
                             perm.index(cat.attrs["axis"]))
     else:
         return False
