@@ -238,6 +238,30 @@ def tv_fcos():
     return DetectionHeads(FCOS(_resnet18_fpn(128), num_classes=5))
 
 
+class RegionProposals(torch.nn.Module):
+    """Faster R-CNN's first stage up to its head outputs: backbone with FPN, then the RPN
+    head's objectness and box deltas per anchor and level (proposal decoding, NMS and the
+    RoI stage stay outside)."""
+
+    def __init__(self, detector):
+        super().__init__()
+        self.backbone, self.head = detector.backbone, detector.rpn.head
+
+    def forward(self, images):
+        return self.head(list(self.backbone(images).values()))
+
+
+def tv_fasterrcnn_rpn():  # FPN over C2-C5 and a max-pooled P6, as fasterrcnn_resnet50_fpn
+    from torchvision.models.detection.backbone_utils import BackboneWithFPN
+    from torchvision.models.detection.faster_rcnn import FasterRCNN
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    fpn = BackboneWithFPN(ResNet(BasicBlock, [1, 1, 1, 1]),
+                          {f"layer{k}": str(k - 1) for k in range(1, 5)}, [64, 128, 256, 512],
+                          64)
+    return RegionProposals(FasterRCNN(fpn, num_classes=5))
+
+
 def tv_ssdlite():  # MobileNetV3-large extractor, depthwise-separable SSDLite head
     from torchvision.models.detection import ssdlite320_mobilenet_v3_large
 
@@ -296,6 +320,7 @@ MODELS = [
     ZooModel("tv_lraspp_mobilenet_v3_large", "Segmentation", tv_lraspp, IMG),
     ZooModel("tv_retinanet_resnet18_fpn", "Detection", tv_retinanet, IMG),
     ZooModel("tv_fcos_resnet18_fpn", "Detection", tv_fcos, (1, 3, 128, 128)),
+    ZooModel("tv_fasterrcnn_rpn_resnet18_fpn", "Detection", tv_fasterrcnn_rpn, IMG),
     ZooModel("tv_ssdlite_mobilenet_v3_large", "Detection", tv_ssdlite, (1, 3, 128, 128)),
     ZooModel("tv_r3d_18_block", "Video", tv_r3d_18, (1, 3, 4, 32, 32)),
     ZooModel("tv_mc3_18_block", "Video", tv_mc3_18, (1, 3, 4, 32, 32)),
