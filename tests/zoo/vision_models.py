@@ -229,10 +229,10 @@ def tv_retinanet():
 
 
 def tv_fcos():
-    """FCOS's GroupNorm head (32 groups) with centerness. At 128 channels (4 per group, the
-    real model has 8) and 128x128 images (P7 is 1x1): with 2 channels per group a group of
-    P7 holds 2 values whose variance amplifies float32 rounding, in torch as in tract
-    (both 4e-4 from float64 on some inputs at 64 channels; 1e-5 here)."""
+    """FCOS's GroupNorm head (32 groups) with centerness, at 128 channels (4 per group; the
+    real model has 8): with 2 channels per group, a group of the 1x1 P7 holds 2 values whose
+    variance amplifies float32 rounding, in torch as in tract (both 4e-4 from float64 on
+    some inputs at 64 channels; 1e-5 at 128)."""
     from torchvision.models.detection.fcos import FCOS
 
     return DetectionHeads(FCOS(_resnet18_fpn(128), num_classes=5))
@@ -319,7 +319,7 @@ MODELS = [
     ZooModel("tv_deeplabv3_resnet18", "Segmentation", tv_deeplabv3, IMG),
     ZooModel("tv_lraspp_mobilenet_v3_large", "Segmentation", tv_lraspp, IMG),
     ZooModel("tv_retinanet_resnet18_fpn", "Detection", tv_retinanet, IMG),
-    ZooModel("tv_fcos_resnet18_fpn", "Detection", tv_fcos, (1, 3, 128, 128)),
+    ZooModel("tv_fcos_resnet18_fpn", "Detection", tv_fcos, IMG),
     ZooModel("tv_fasterrcnn_rpn_resnet18_fpn", "Detection", tv_fasterrcnn_rpn, IMG),
     ZooModel("tv_ssdlite_mobilenet_v3_large", "Detection", tv_ssdlite, (1, 3, 128, 128)),
     ZooModel("tv_r3d_18_block", "Video", tv_r3d_18, (1, 3, 4, 32, 32)),
