@@ -32,6 +32,13 @@ class Readout(torch.nn.Module):
             return self.lin(torch.cat([x, e], -1))
         if self.case == "cat_first_linear":
             return self.lin(torch.cat([e, x], -1))
+        if self.case == "cat_nested_linear":  # Autoformer: tract splits each concat in turn
+            inner = torch.cat([e, x[..., :32]], -1)  # (the full slice keeps TorchScript
+            return self.lin(torch.cat([x[..., 32:], inner[:, :16]], -1))  # from merging)
+        if self.case == "cat_nested3_linear":  # three levels
+            inner = torch.cat([e, x[..., :16]], -1)
+            inner = torch.cat([x[..., 16:32], inner[:, :16]], -1)
+            return self.lin(torch.cat([x[..., 32:], inner[:, :16]], -1))
         if self.case == "linear":
             return self.lin(e) + x[..., :32]
         if self.case == "gelu_linear":  # tract swaps element-wise ops and the broadcast
@@ -45,7 +52,8 @@ class Readout(torch.nn.Module):
         raise AssertionError(self.case)
 
 
-CASES = ["cat_linear", "cat_first_linear", "linear", "gelu_linear", "matmul_rows",
+CASES = ["cat_linear", "cat_first_linear", "cat_nested_linear", "cat_nested3_linear",
+         "linear", "gelu_linear", "matmul_rows",
          "matmul_contracted", "cat_matmul_transposed"]
 
 

@@ -20,7 +20,8 @@ written on un-broadcast operands, in the algebra the broadcast implies:
   it shares with another operand at full size is broadcast by the product itself; a
   contracted axis (``sum_k r[0] * B[k] = r[0] * sum_k B[k]``) reads the other operand
   summed over that axis instead;
-* an operand ``concat`` along a contracted axis with a broadcast member: the product is
+* an operand ``concat`` along a contracted axis with a broadcast member, directly or in a
+  nested concat along the same axis (tract splits each level in turn): the product is
   written as the sum of the products of each member with the matching slice of the other
   operand (what tract does itself), each then as above;
 * an element-wise op between a broadcast and a product, whose operands are all smaller
@@ -167,14 +168,60 @@ def _product_on_broadcast(g: Graph, index: Index, op: Op, found) -> bool:
     return False
 
 
-def _product_on_concat(g: Graph, index: Index, op: Op, found) -> bool:
-    """A product over a concat along a contracted axis with a broadcast member: the sum of
-    the products of the members with the matching slices of the other operand."""
+def _members(index: Index, cat: Op) -> list[Tensor]:
+    """The members of ``cat``, with a member that is itself a concat along the same axis
+    replaced by its own members, at any depth: tract's ``ConcatThenEinsum`` splits a product
+    over each level in turn, so a broadcast nested in an inner concat (Autoformer's
+    ``cat([lags, cat([static.expand(...), time_features])])``) reaches a product as surely as
+    a direct member. (A walk with a stack: a chain of nested concats may be deep.)"""
+    out, stack = [], list(reversed(cat.args[0]))
+    while stack:
+        m = stack.pop()
+        inner = _inner_concat(index, cat, m)
+        if inner is None:
+            out.append(m)
+        else:
+            stack.extend(reversed(inner.args[0]))
+    return out
+
+
+def _inner_concat(index: Index, cat: Op, m: Tensor) -> Op | None:
+    inner = index.made_by(m, "concat")
+    return inner if inner is not None and inner.attrs["axis"] == cat.attrs["axis"] else None
+
+
+def _broadcast_member(g: Graph, index: Index, cat: Op, memo: dict) -> bool:
+    """Whether one of :func:`_members` is a broadcast. ``memo`` (one per index) answers for
+    each concat once, so products reading every level of a chain of nested concats cost one
+    visit of the chain, not one each; the chain is walked with a stack (it may be deep)."""
+    stack = [cat]
+    while stack:
+        c = stack[-1]
+        if id(c) in memo:
+            stack.pop()
+            continue
+        inners = [i for i in (_inner_concat(index, c, m) for m in c.args[0]) if i is not None]
+        todo = [i for i in inners if id(i) not in memo]
+        if todo:
+            stack.extend(todo)
+            continue
+        memo[id(c)] = any(memo[id(i)] for i in inners) or any(
+            _inner_concat(index, c, m) is None and _unbroadcast(g, index, m) is not None
+            for m in c.args[0])
+        stack.pop()
+    return memo[id(cat)]
+
+
+def _product_on_concat(g: Graph, index: Index, op: Op, found, memo: dict) -> bool:
+    """A product over a concat along a contracted axis with a broadcast member (at any depth
+    of concats along that axis): the sum of the products of the members with the matching
+    slices of the other operand."""
     operands, specs, out_spec = found
     for i, t in enumerate(operands):
         cat = index.made_by(t, "concat")
-        if cat is None or not any(_unbroadcast(g, index, m) for m in cat.args[0]):
+        if cat is None or not _broadcast_member(g, index, cat, memo):
             continue
+        members = _members(index, cat)
         c = specs[i][cat.attrs["axis"]]
         others = [j for j, s in enumerate(specs) if j != i and c in s]
         if c in out_spec or specs[i].count(c) != 1 or len(others) != 1 \
@@ -187,7 +234,7 @@ def _product_on_concat(g: Graph, index: Index, op: Op, found) -> bool:
 
         def build():
             start = 0
-            for k, m in enumerate(cat.args[0]):
+            for k, m in enumerate(members):
                 end = start + m.shape[cat.attrs["axis"]]
                 new = list(operands)
                 new[i] = m
@@ -272,7 +319,8 @@ def _elementwise_on_broadcast(g: Graph, index: Index, op: Op, feeding: set[int])
     return True
 
 
-def _transpose_on_broadcast(g: Graph, index: Index, op: Op, feeding: set[int]) -> bool:
+def _transpose_on_broadcast(g: Graph, index: Index, op: Op, feeding: set[int],
+                           memo: dict) -> bool:
     """A transpose, before a product, of a broadcast or of a concat with a broadcast member
     (tract moves transposes into its einsums): the transpose goes first."""
     if id(op.outputs[0]) not in feeding or not isinstance(op.args[0], Tensor):
@@ -286,9 +334,9 @@ def _transpose_on_broadcast(g: Graph, index: Index, op: Op, feeding: set[int]) -
         def build():
             r = g.unsqueeze_to_rank(hit[0], x.rank)
             return g.broadcast_to(g.transpose(r, perm), list(y.shape))
-    elif cat is not None and any(_unbroadcast(g, index, m) for m in cat.args[0]):
+    elif cat is not None and _broadcast_member(g, index, cat, memo):
         def build():
-            return g.concat([g.transpose(m, perm) for m in cat.args[0]],
+            return g.concat([g.transpose(m, perm) for m in _members(index, cat)],
                             perm.index(cat.attrs["axis"]))
     else:
         return False
@@ -303,20 +351,22 @@ def _transpose_on_broadcast(g: Graph, index: Index, op: Op, feeding: set[int]) -
 def run(g: Graph, session: ExportSession) -> None:
     if not session.target.can("engine_product_forms"):
         return
-    state = {"feeding": None}
+    state: dict = {"feeding": None, "index": None, "memo": {}}
 
     def rule(g, index, op):
+        if index is not state["index"]:  # the graph changed: what was learnt is stale
+            state.update(feeding=None, index=index, memo={})
         if op.kind in PRODUCTS:
             found = _view(op)
             if found is None:
                 return False
             return _product_on_broadcast(g, index, op, found) or \
-                _product_on_concat(g, index, op, found)
+                _product_on_concat(g, index, op, found, state["memo"])
         if op.kind in _ELEMENTWISE or op.kind == "transpose":
-            if state["feeding"] is None or index is not state.get("index"):
-                state["feeding"], state["index"] = _feeding_products(g), index
+            if state["feeding"] is None:
+                state["feeding"] = _feeding_products(g)
             if op.kind == "transpose":
-                return _transpose_on_broadcast(g, index, op, state["feeding"])
+                return _transpose_on_broadcast(g, index, op, state["feeding"], state["memo"])
             return _elementwise_on_broadcast(g, index, op, state["feeding"])
         return False
 

@@ -193,6 +193,82 @@ def tv_lraspp():
     return lraspp_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=5)
 
 
+class DetectionHeads(torch.nn.Module):
+    """A torchvision detector up to its head outputs (class logits and box regressions per
+    anchor, FCOS's centerness too): what deployments export, decoding boxes and running NMS
+    outside the network. It runs what the detector's own forward runs between its image
+    transform and its post-processing: backbone (with FPN), then head."""
+
+    def __init__(self, detector):
+        super().__init__()
+        self.backbone, self.head = detector.backbone, detector.head
+
+    def forward(self, images):
+        features = self.backbone(images)
+        if isinstance(features, torch.Tensor):
+            features = {"0": features}
+        return self.head(list(features.values()))
+
+
+def _resnet18_fpn(out_channels=64):
+    """ResNet-18 (one block per stage) with an FPN over C3-C5 and P6/P7 from P5, as
+    torchvision's RetinaNet v2 and FCOS build it on ResNet-50."""
+    from torchvision.models.detection.backbone_utils import BackboneWithFPN
+    from torchvision.models.resnet import BasicBlock, ResNet
+    from torchvision.ops.feature_pyramid_network import LastLevelP6P7
+
+    return BackboneWithFPN(ResNet(BasicBlock, [1, 1, 1, 1]),
+                           {"layer2": "0", "layer3": "1", "layer4": "2"}, [128, 256, 512],
+                           out_channels, extra_blocks=LastLevelP6P7(out_channels, out_channels))
+
+
+def tv_retinanet():
+    from torchvision.models.detection.retinanet import RetinaNet
+
+    return DetectionHeads(RetinaNet(_resnet18_fpn(), num_classes=5))
+
+
+def tv_fcos():
+    """FCOS's GroupNorm head (32 groups) with centerness, at 128 channels (4 per group; the
+    real model has 8): with 2 channels per group, a group of the 1x1 P7 holds 2 values whose
+    variance amplifies float32 rounding, in torch as in tract (both 4e-4 from float64 on
+    some inputs at 64 channels; 1e-5 at 128)."""
+    from torchvision.models.detection.fcos import FCOS
+
+    return DetectionHeads(FCOS(_resnet18_fpn(128), num_classes=5))
+
+
+class RegionProposals(torch.nn.Module):
+    """Faster R-CNN's first stage up to its head outputs: backbone with FPN, then the RPN
+    head's objectness and box deltas per anchor and level (proposal decoding, NMS and the
+    RoI stage stay outside)."""
+
+    def __init__(self, detector):
+        super().__init__()
+        self.backbone, self.head = detector.backbone, detector.rpn.head
+
+    def forward(self, images):
+        return self.head(list(self.backbone(images).values()))
+
+
+def tv_fasterrcnn_rpn():  # FPN over C2-C5 and a max-pooled P6, as fasterrcnn_resnet50_fpn
+    from torchvision.models.detection.backbone_utils import BackboneWithFPN
+    from torchvision.models.detection.faster_rcnn import FasterRCNN
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    fpn = BackboneWithFPN(ResNet(BasicBlock, [1, 1, 1, 1]),
+                          {f"layer{k}": str(k - 1) for k in range(1, 5)}, [64, 128, 256, 512],
+                          64)
+    return RegionProposals(FasterRCNN(fpn, num_classes=5))
+
+
+def tv_ssdlite():  # MobileNetV3-large extractor, depthwise-separable SSDLite head
+    from torchvision.models.detection import ssdlite320_mobilenet_v3_large
+
+    return DetectionHeads(ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None,
+                                                        num_classes=5))
+
+
 def _video(conv_makers, stem):
     from torchvision.models.video import resnet as vr
 
@@ -242,6 +318,10 @@ MODELS = [
     ZooModel("tv_fcn_resnet18", "Segmentation", tv_fcn, IMG),
     ZooModel("tv_deeplabv3_resnet18", "Segmentation", tv_deeplabv3, IMG),
     ZooModel("tv_lraspp_mobilenet_v3_large", "Segmentation", tv_lraspp, IMG),
+    ZooModel("tv_retinanet_resnet18_fpn", "Detection", tv_retinanet, IMG),
+    ZooModel("tv_fcos_resnet18_fpn", "Detection", tv_fcos, IMG),
+    ZooModel("tv_fasterrcnn_rpn_resnet18_fpn", "Detection", tv_fasterrcnn_rpn, IMG),
+    ZooModel("tv_ssdlite_mobilenet_v3_large", "Detection", tv_ssdlite, (1, 3, 128, 128)),
     ZooModel("tv_r3d_18_block", "Video", tv_r3d_18, (1, 3, 4, 32, 32)),
     ZooModel("tv_mc3_18_block", "Video", tv_mc3_18, (1, 3, 4, 32, 32)),
     ZooModel("tv_r2plus1d_18_block", "Video", tv_r2plus1d_18, (1, 3, 4, 32, 32),
