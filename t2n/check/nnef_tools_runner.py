@@ -5,7 +5,9 @@ validated by the Khronos parser (``nnef.load_graph``, which also infers every sh
 executed by nnef-tools' PyTorch interpreter. Like :mod:`t2n.check.tract_runner`, the work happens
 in a child (``python -m t2n.check.nnef_tools_runner ARCHIVE IN.npz OUT.npz``) with the same exit
 codes: 0 each set ran (its outputs, or the tools' refusal in ``OUT.npz.err``), 3 the parser
-refused the archive (message on stderr).
+refused the archive (message on stderr). ``--serve`` is the long-lived form
+(:class:`NnefToolsWorker`, :mod:`t2n.check.served`): the child imports torch and nnef-tools
+once (2-3 s) for many archives, each still unpacked into its own folder and parsed afresh.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import tempfile
 
 import numpy as np
 
+from t2n.check.served import ServedRunner, serve
 from t2n.check.tract_runner import LOAD_OR_RUN_ERROR, run_in_child, run_sets_in_child
 
 
@@ -38,6 +41,14 @@ def parse_in_nnef_tools(archive: str, timeout: float | None = 600) -> None:
     inference) in a child, without running it; raises ``TractRunError`` with the parser's
     message when it refuses. What every Khronos export proves before it is accepted."""
     run_in_child("t2n.check.nnef_tools_runner", "nnef-tools", archive, None, timeout)
+
+
+class NnefToolsWorker(ServedRunner):
+    """One long-lived nnef-tools child parsing and running many archives (a test session):
+    :func:`parse_in_nnef_tools` / :func:`run_sets_in_nnef_tools` without a start each."""
+
+    def __init__(self, timeout: float = 600):
+        super().__init__("t2n.check.nnef_tools_runner", "nnef-tools", timeout)
 
 
 def _folder(archive: str, scratch: str) -> str:
@@ -72,20 +83,31 @@ def _run(archive: str, inp: str = "", out: str = "") -> str | None:
     return None
 
 
-def _main(argv: list[str]) -> int:
-    import warnings
-
-    warnings.simplefilter("ignore")  # the interpreter's deprecation chatter is not ours
-    archive, *files = argv
+def _run_sets(archive: str, pairs: list[tuple[str, str]]) -> str | None:
+    """Parse the archive, then run each ``(IN.npz, OUT.npz)`` set (a refusal of a set goes
+    to ``OUT.err``); returns the parser's refusal of the archive, or None."""
     err = _run(archive)  # the parser's refusal is the archive's, not a set's
     if err is not None:
-        sys.stderr.write(err + "\n")
-        return LOAD_OR_RUN_ERROR
-    for inp, out in zip(files[::2], files[1::2]):  # a refusal is per set (OUT.err)
+        return err
+    for inp, out in pairs:
         err = _run(archive, inp, out)
         if err is not None:
             with open(out + ".err", "w") as f:
                 f.write(err)
+    return None
+
+
+def _main(argv: list[str]) -> int:
+    import warnings
+
+    warnings.simplefilter("ignore")  # the interpreter's deprecation chatter is not ours
+    if argv == ["--serve"]:
+        return serve(_run_sets)
+    archive, *files = argv
+    err = _run_sets(archive, list(zip(files[::2], files[1::2])))
+    if err is not None:
+        sys.stderr.write(err + "\n")
+        return LOAD_OR_RUN_ERROR
     return 0
 
 
