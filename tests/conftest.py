@@ -182,25 +182,6 @@ def _one_tract_child_per_test_process():
     worker.close()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _one_nnef_tools_child_per_test_process():
-    """The same for ``target="khronos"``: its parse proof and its check go through one
-    long-lived nnef-tools child (started at the first Khronos export), instead of a new
-    interpreter importing torch and nnef-tools per call (2-3 s each). Every archive is still
-    unpacked and parsed afresh; a crash or hang fails that call and the next gets a fresh
-    child (tests/test_nnef_tools_runner.py)."""
-    from t2n.check import nnef_tools_runner as ntr
-
-    worker = ntr.NnefToolsWorker(timeout=600)
-    original = ntr.parse_in_nnef_tools, ntr.run_in_nnef_tools, ntr.run_sets_in_nnef_tools
-    ntr.parse_in_nnef_tools = lambda archive, timeout=600: worker.load(archive)
-    ntr.run_in_nnef_tools = lambda archive, inputs, timeout=600: worker.run(archive, inputs)
-    ntr.run_sets_in_nnef_tools = lambda archive, sets, timeout=600: worker.run_sets(archive, sets)
-    yield worker
-    ntr.parse_in_nnef_tools, ntr.run_in_nnef_tools, ntr.run_sets_in_nnef_tools = original
-    worker.close()
-
-
 @pytest.fixture(scope="session")
 def tract_worker(_one_tract_child_per_test_process):
     """The test process's tract child, for tests that run archives themselves (the OpInfo

@@ -135,8 +135,9 @@ def _message(e: Exception) -> str:
 def _main(argv: list[str]) -> int:
     import tract
 
-    if argv == ["--serve"]:
-        return serve(lambda archive, pairs: _run_sets(tract, archive, pairs))
+    if argv[:1] == ["--serve"]:
+        return serve(lambda archive, pairs: _run_sets(tract, archive, pairs),
+                     *map(float, argv[1:]))
     archive, *files = argv
     err = _run_sets(tract, archive, list(zip(files[::2], files[1::2])))
     if err is not None:
