@@ -271,12 +271,12 @@ def test_export_reads_as_its_pipeline():
     assert length <= 60, f"t2n.api.export is {length} lines, over 60"
 
 
-CHILD_HOMES = {"t2n.check.child", "t2n.check.tract_runner"}  # run_child; the long-lived worker
+CHILD_HOMES = {"t2n.check.child", "t2n.check.served"}  # run_child; the long-lived workers
 
 
 def test_child_processes_start_in_one_place():
     """Every child program starts through t2n.check.child (one timeout and crash policy);
-    only the long-lived tract worker opens its own pipe, from child.command()."""
+    only the long-lived workers (t2n.check.served) open their own pipe, from child.command()."""
     bad = [f"{mod}:{node.lineno}" for mod, tree in _trees() if mod not in CHILD_HOMES
            for node in ast.walk(tree) if isinstance(node, ast.Attribute)
            and isinstance(node.value, ast.Name) and node.value.id == "subprocess"

@@ -58,3 +58,14 @@ def test_run_in_tract_relative_archive_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = run_in_tract(os.path.basename(path), [np.ones((2, 3), np.float32)])
     assert out[0].tolist() == [[2.0] * 3] * 2
+
+
+def test_a_child_crashing_on_a_load_is_not_a_load(tmp_path):
+    """A load-only request (no input set) whose child dies raises: nothing was proven."""
+    from t2n.check.tract_runner import run_in_child
+
+    try:
+        run_in_child("t2n.check.no_such_runner", "tract", _archive(tmp_path), None)
+        raise AssertionError("a crashed load passed")
+    except TractRunError as e:
+        assert e.crashed and "exit code 1" in str(e) and "no_such_runner" in str(e)

@@ -5,7 +5,12 @@ validated by the Khronos parser (``nnef.load_graph``, which also infers every sh
 executed by nnef-tools' PyTorch interpreter. Like :mod:`t2n.check.tract_runner`, the work happens
 in a child (``python -m t2n.check.nnef_tools_runner ARCHIVE IN.npz OUT.npz``) with the same exit
 codes: 0 each set ran (its outputs, or the tools' refusal in ``OUT.npz.err``), 3 the parser
-refused the archive (message on stderr).
+refused the archive (message on stderr). ``--serve [IDLE]`` is the long-lived form
+(:mod:`t2n.check.served`): the child imports torch and nnef-tools once (2-3 s) for many
+archives, each still unpacked into its own folder and parsed afresh. A process's exports
+share one such child (:data:`SHARED`; it exits after :data:`IDLE` seconds without an
+archive, and a call from a second thread meanwhile gets a per-call child), so consecutive
+Khronos proofs and checks pay the start once.
 """
 
 from __future__ import annotations
@@ -17,27 +22,42 @@ import tempfile
 
 import numpy as np
 
-from t2n.check.tract_runner import LOAD_OR_RUN_ERROR, run_in_child, run_sets_in_child
+from t2n.check.runner_io import only
+from t2n.check.served import ServedRunner, SharedRunner, serve
+from t2n.check.tract_runner import LOAD_OR_RUN_ERROR, run_sets_in_child
+
+IDLE = 60.0  # seconds the shared child waits for the next archive before it exits
 
 
 def run_in_nnef_tools(archive: str, inputs: list[np.ndarray],
                       timeout: float | None = 600) -> list[np.ndarray]:
     """Outputs of a standard archive on ``inputs``, computed by nnef-tools' interpreter."""
-    return run_in_child("t2n.check.nnef_tools_runner", "nnef-tools", archive, inputs, timeout)
+    return only(run_sets_in_nnef_tools(archive, [inputs], timeout))
 
 
 def run_sets_in_nnef_tools(archive: str, sets: list[list[np.ndarray]],
                            timeout: float | None = 600) -> list:
-    """Each set's outputs (or refusal) in one child, as :func:`t2n.check.tract_runner.
-    run_sets_in_tract` does for tract."""
-    return run_sets_in_child("t2n.check.nnef_tools_runner", "nnef-tools", archive, sets, timeout)
+    """Each set's outputs (or refusal), as :func:`t2n.check.tract_runner.run_sets_in_tract`
+    does for tract, in the process's shared nnef-tools child (:data:`SHARED`)."""
+    return SHARED.run_sets(archive, sets, timeout, lambda: run_sets_in_child(
+        "t2n.check.nnef_tools_runner", "nnef-tools", archive, sets, timeout))
 
 
 def parse_in_nnef_tools(archive: str, timeout: float | None = 600) -> None:
     """Parse ``archive`` with the Khronos parser (``nnef.load_graph`` and its shape
     inference) in a child, without running it; raises ``TractRunError`` with the parser's
     message when it refuses. What every Khronos export proves before it is accepted."""
-    run_in_child("t2n.check.nnef_tools_runner", "nnef-tools", archive, None, timeout)
+    run_sets_in_nnef_tools(archive, [], timeout)
+
+
+class NnefToolsWorker(ServedRunner):
+    """A long-lived nnef-tools child of the caller's own (exports share :data:`SHARED`)."""
+
+    def __init__(self, timeout: float | None = 600, idle: float | None = None):
+        super().__init__("t2n.check.nnef_tools_runner", "nnef-tools", timeout, idle)
+
+
+SHARED = SharedRunner("t2n.check.nnef_tools_runner", "nnef-tools", IDLE)
 
 
 def _folder(archive: str, scratch: str) -> str:
@@ -72,20 +92,31 @@ def _run(archive: str, inp: str = "", out: str = "") -> str | None:
     return None
 
 
-def _main(argv: list[str]) -> int:
-    import warnings
-
-    warnings.simplefilter("ignore")  # the interpreter's deprecation chatter is not ours
-    archive, *files = argv
+def _run_sets(archive: str, pairs: list[tuple[str, str]]) -> str | None:
+    """Parse the archive, then run each ``(IN.npz, OUT.npz)`` set (a refusal of a set goes
+    to ``OUT.err``); returns the parser's refusal of the archive, or None."""
     err = _run(archive)  # the parser's refusal is the archive's, not a set's
     if err is not None:
-        sys.stderr.write(err + "\n")
-        return LOAD_OR_RUN_ERROR
-    for inp, out in zip(files[::2], files[1::2]):  # a refusal is per set (OUT.err)
+        return err
+    for inp, out in pairs:
         err = _run(archive, inp, out)
         if err is not None:
             with open(out + ".err", "w") as f:
                 f.write(err)
+    return None
+
+
+def _main(argv: list[str]) -> int:
+    import warnings
+
+    warnings.simplefilter("ignore")  # the interpreter's deprecation chatter is not ours
+    if argv[:1] == ["--serve"]:
+        return serve(_run_sets, *map(float, argv[1:]))
+    archive, *files = argv
+    err = _run_sets(archive, list(zip(files[::2], files[1::2])))
+    if err is not None:
+        sys.stderr.write(err + "\n")
+        return LOAD_OR_RUN_ERROR
     return 0
 
 
