@@ -74,6 +74,18 @@ def _import_hint(e: BaseException) -> str:
     return ""
 
 
+def _auto_class(transformers, folder: str):
+    """A config with a ``vision_config`` is a vision-language model (SmolVLM: loaded as
+    image-text-to-text, which the causal-LM auto class refuses)."""
+    try:
+        with open(os.path.join(folder, "config.json")) as fh:
+            vision = "vision_config" in json.load(fh)
+    except (OSError, ValueError):
+        vision = False  # transformers names the problem
+    return transformers.AutoModelForImageTextToText if vision \
+        else transformers.AutoModelForCausalLM
+
+
 def load_causal_lm(ref):
     """The model behind ``MODEL``: a directory written by ``save_pretrained`` (loaded from
     the local files only, in float32) or ``package.module:callable`` returning a model."""
@@ -90,7 +102,7 @@ def load_causal_lm(ref):
         try:
             transformers.logging.set_verbosity_error()  # no loading bars or notices
             transformers.utils.logging.disable_progress_bar()
-            return transformers.AutoModelForCausalLM.from_pretrained(
+            return _auto_class(transformers, ref).from_pretrained(
                 ref, local_files_only=True, dtype=torch.float32)
         except Exception as e:
             text = str(e).strip().splitlines()
