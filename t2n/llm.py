@@ -386,6 +386,8 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     vision = vision_plan(model)  # None: a text-only model
     if vision is not None:
         image_encoder = os.fspath(image_encoder or encoder_path(f))
+        if os.path.abspath(image_encoder) == os.path.abspath(f):
+            raise UsageError(f"image_encoder {image_encoder} is the decoder's path")
         check_destination(image_encoder)
     elif image_encoder is not None:
         raise UsageError(f"image_encoder: {type(model).__name__} has no image encoder")

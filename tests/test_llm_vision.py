@@ -110,6 +110,16 @@ def test_docs_loop_runs_one_image(cli_export):
     assert tokens == llm.reference_tokens(model, prompt, 32, pixel_values=images(1))
 
 
+def test_image_tokens_without_features_embed_as_text(cli_export):
+    """With an empty image_features (M = 0, every step of the tract loop here) image
+    tokens embed as text tokens, as in transformers without pixels: a generated image
+    token while decoding reads no feature row."""
+    model, archive = make(), cli_export[1] / "smolvlm.nnef.tar"
+    prompt = [5, IMAGE_TOKEN, 17, 3, IMAGE_TOKEN, 9]
+    assert llm.generate_in_tract(archive, prompt, 16)["tokens"] \
+        == llm.reference_tokens(model, prompt, 16)
+
+
 def test_refusals(tmp_path):
     import transformers as T
 
@@ -117,6 +127,8 @@ def test_refusals(tmp_path):
 
     with pytest.raises(UsageError, match="each image takes 4"):
         llm.export_llm(make(), tmp_path / "a.nnef.tar", prompt=[1, IMAGE_TOKEN, 2])
+    with pytest.raises(UsageError, match="is the decoder's path"):
+        llm.export_llm(make(), tmp_path / "a.nnef.tar", image_encoder=tmp_path / "a.nnef.tar")
     with pytest.raises(UsageError, match="has no image encoder"):
         llm.export_llm(make_text("lfm2"), tmp_path / "b.nnef.tar",
                        image_encoder=tmp_path / "e.nnef.tar")
