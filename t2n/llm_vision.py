@@ -62,7 +62,9 @@ def place_image_features(embeds, ids, features, image_token_id: int):
     a text step)."""
     is_image = ids == image_token_id
     order = torch.cumsum(is_image.to(torch.long), dim=1)  # 1..k along the image tokens
-    use = is_image & (order <= features.shape[0])  # the first M image tokens
+    # the first M image tokens (order <= M, written so that the comparison is with a
+    # constant: aten::le against a size has no symbolic shape function in PyTorch)
+    use = is_image & ((order - features.shape[0]) <= 0)
     # row 0 is read by the other positions only, which the where below discards
     rows = torch.cat([features.new_zeros(1, features.shape[1]), features], 0)
     picked = rows[torch.where(use, order, torch.zeros_like(order))]
