@@ -440,10 +440,11 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
             encoder = None if vision is None else vision.export_encoder(
                 traced, encoder_work, weights, quiet, progress)
         result.path = f  # where it will be; its tokens are generated from work
-        if encoder is not None:
-            encoder.path = image_encoder
         # transformers compares sizes in Python per layer (q_length > 1, ...): one line each
         result.warnings = list(dict.fromkeys(result.warnings))
+        if encoder is not None:
+            encoder.path = image_encoder
+            encoder.warnings = list(dict.fromkeys(encoder.warnings))
         res = LLMExportResult(result, layers, vocab, weights, n_experts, n_lora,
                               kv_cache=kv_cache, states=states, image_encoder=encoder)
         if check:
