@@ -104,6 +104,14 @@ class LLMExportResult:
                 lines.append("    (the tracer warnings above are transformers comparing sizes in "
                              "Python; this check ran the archive at P = 0, S > 1 and at S = 1, "
                              "P > 0)")
+            if self.passed and g.get("images") and self.image_encoder is not None \
+                    and any(w.startswith("tracer:") for w in self.image_encoder.warnings):
+                lines.append("    (the image encoder's tracer warnings are sizes that the "
+                             "image size fixes: patch grid, pixel shuffle; the check encoded "
+                             f"{g['images']} images in tract, the trace another number)")
+            if g.get("encode_seconds") is not None:
+                lines.append(f"    tract image encoder: {g['images']} images in "
+                             f"{g['encode_seconds'] * 1000:.1f} ms")
             if g.get("decode_tokens_per_second"):
                 lines.append(f"    tract decode {g['decode_tokens_per_second']:.1f} tokens/s, "
                              f"prefill {g['prefill_seconds'] * 1000:.1f} ms, "
