@@ -42,16 +42,49 @@ def read_layout(model) -> dict:
             out[k[len(PREFIX):]] = v.to_numpy().tolist()
         except Exception:  # strings: the Python API only shows them through dump()
             out[k[len(PREFIX):]] = _dumped_strings(v.dump())
+    for key in [k for k, v in out.items() if v is _CUT]:
+        if key not in _FROM_IO:
+            raise ValueError(f"tract shows only the first strings of {PREFIX}{key}")
+        out[key] = _FROM_IO[key](model)
     return out
 
 
+_CUT = object()  # a list of strings tract's dump() shows in part
+
+
 def _dumped_strings(text: str):
-    """``Tensor(,String abc)`` -> 'abc'; ``Tensor(2,String a, b)`` -> ['a', 'b']."""
+    """``Tensor(,String abc)`` -> 'abc'; ``Tensor(2,String a, b)`` -> ['a', 'b'];
+    :data:`_CUT` when the dump shows only the first strings (tract cuts long tensors:
+    ``Tensor(60,String a, b, ..., l...)``, e.g. the state lists of 7 layers or more)."""
     head, _, body = text.partition("String ")
     body = body[:-1] if body.endswith(")") else body
     if head.startswith("Tensor(,"):
         return body
-    return body.split(", ") if body else []
+    items = body.split(", ") if body else []
+    count = head[len("Tensor("):].split(",")[0]
+    return _CUT if count.isdigit() and int(count) != len(items) else items
+
+
+def _state_inputs(model) -> list[int]:
+    return [i for i in range(model.input_count()) if model.input_name(i).startswith("past_")]
+
+
+def _state_shapes(model) -> list[str]:
+    """The states' shapes at the prompt from their input facts (``1,2,P,8,f32`` ->
+    ``1,2,0,8``: the only symbol of a state is ``P``, 0 before the prompt)."""
+    return [",".join(d if d.isdigit() else "0" for d in str(model.input_fact(i)).split(",")[:-1])
+            for i in _state_inputs(model)]
+
+
+def _state_kinds(model) -> list[str]:
+    """``past_key_3`` -> ``key``, ``past_conv_0_1`` -> ``conv``."""
+    return [model.input_name(i).split("_")[1] for i in _state_inputs(model)]
+
+
+# the string lists tract may cut, rebuilt from the archive's own inputs and outputs
+_FROM_IO = {"inputs": lambda m: [m.input_name(i) for i in range(m.input_count())],
+            "outputs": lambda m: [m.output_name(i) for i in range(m.output_count())],
+            "state_shapes": _state_shapes, "state_kinds": _state_kinds}
 
 
 def empty_cache(layout: dict) -> list[np.ndarray]:
