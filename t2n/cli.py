@@ -413,11 +413,14 @@ def inspect_cmd(archive, assignments, no_macs, as_json):
                    "(tract_transformers_dyn_kv_cache: keys and values leave the IO; a "
                    "hybrid's fixed-size states stay); concat: the "
                    "cache is passed in and returned as tensors.")
+@click.option("--image-encoder", "image_encoder", metavar="PATH", default=None,
+              help="Vision-language models (SmolVLM, Idefics3): where the image encoder's "
+                   "archive goes (default: OUT with .vision before its suffix).")
 @_EXTENSION_OPTION
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, all_logits,
-            kv_cache, extension_modules, quiet, as_json):
+            kv_cache, image_encoder, extension_modules, quiet, as_json):
     """Export a causal language model to ONE archive for prefill and decoding.
 
     MODEL is a directory written by transformers' save_pretrained (config and weights; read
@@ -426,6 +429,8 @@ def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, all_
     returns the last position's logits [1, 1, V] (--all-logits: [1, S, V]) and
     present_key_i / present_value_i [1, H_kv, P+S, D]; P is 0 for the prompt. With
     --kv-cache inplace tract keeps the keys and values in its State (not in the IO).
+    A vision-language model also writes its image encoder (pixel_values [N, C, H, W] ->
+    image_features [N*T, E]), and its step takes image_features [M, E] after input_ids.
 
     \b
     Examples:
@@ -444,7 +449,8 @@ def llm_cmd(model, output, weights, check, keep_failed, max_length, prompt, all_
             raise UsageError(f"--prompt {prompt!r}: give comma-separated token ids") from None
     result, failure = _run_reporting_warnings(lambda: llm.export_llm(
         model, output, weights=weights, check=check, max_new_tokens=max_length, prompt=ids,
-        quiet=quiet, keep_failed=keep_failed, all_logits=all_logits, kv_cache=kv_cache))
+        quiet=quiet, keep_failed=keep_failed, all_logits=all_logits, kv_cache=kv_cache,
+        image_encoder=image_encoder))
     if as_json:
         click.echo(json.dumps(dict(result_dict(result.export), llm=result.llm_dict()),
                               indent=2))

@@ -74,6 +74,18 @@ def _import_hint(e: BaseException) -> str:
     return ""
 
 
+def _auto_class(transformers, folder: str):
+    """A config with a ``vision_config`` is a vision-language model (SmolVLM: loaded as
+    image-text-to-text, which the causal-LM auto class refuses)."""
+    try:
+        with open(os.path.join(folder, "config.json")) as fh:
+            vision = "vision_config" in json.load(fh)
+    except (OSError, ValueError):
+        vision = False  # transformers names the problem
+    return transformers.AutoModelForImageTextToText if vision \
+        else transformers.AutoModelForCausalLM
+
+
 def load_causal_lm(ref):
     """The model behind ``MODEL``: a directory written by ``save_pretrained`` (loaded from
     the local files only, in float32) or ``package.module:callable`` returning a model."""
@@ -90,7 +102,7 @@ def load_causal_lm(ref):
         try:
             transformers.logging.set_verbosity_error()  # no loading bars or notices
             transformers.utils.logging.disable_progress_bar()
-            return transformers.AutoModelForCausalLM.from_pretrained(
+            return _auto_class(transformers, ref).from_pretrained(
                 ref, local_files_only=True, dtype=torch.float32)
         except Exception as e:
             text = str(e).strip().splitlines()
@@ -140,6 +152,11 @@ class CausalLMStep(torch.nn.Module):
         self._positions = grows[0] if grows and "position_ids" in params else None
 
     def forward(self, input_ids, *past):
+        return self.run({"input_ids": input_ids}, input_ids, past)
+
+    def run(self, inputs: dict, ids, past):
+        """One step on the model's ``inputs`` (``input_ids``, or ``inputs_embeds`` for a
+        vision-language step, :mod:`t2n.llm_vision`); ``ids`` gives the step's length."""
         if self.states is None:
             cache = kv_cache(past, self.n_layers)
         else:
@@ -148,9 +165,9 @@ class CausalLMStep(torch.nn.Module):
         keep = {"logits_to_keep": 1} if self._keep_kw else {}
         if self._positions is not None:  # P .. P+S-1, as generate() passes them
             p = past[self._positions].shape[2]
-            keep["position_ids"] = (torch.arange(input_ids.shape[1]) + p).unsqueeze(0)
+            keep["position_ids"] = (torch.arange(ids.shape[1]) + p).unsqueeze(0)
         with substituted_kernels(self.model, cache, self._kernels):
-            out = self.model(input_ids=input_ids, use_cache=True, return_dict=True,
+            out = self.model(**inputs, use_cache=True, return_dict=True,
                              **{self._cache_kw: cache}, **keep)
         logits = out.logits[:, -1:] if self._last_only and not self._keep_kw else out.logits
         flat = [logits]
@@ -323,7 +340,7 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
                max_new_tokens: int = DEFAULT_NEW_TOKENS, prompt=None, quiet: bool = False,
                progress=None, timeout: float | None = 1800,
                keep_failed: str | None = None, all_logits: bool = False,
-               kv_cache: str = "concat") -> LLMExportResult:
+               kv_cache: str = "concat", image_encoder=None) -> LLMExportResult:
     """Export a causal LM (an ``nn.Module``, a ``save_pretrained`` directory or
     ``module:callable``) to ``f`` as one archive for prefill and decoding.
 
@@ -338,8 +355,15 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     (``tract_transformers_dyn_kv_cache``): the archive takes ``input_ids`` (and the
     fixed-size states of hybrid families) and returns ``logits`` (and those states); one
     ``tract.State`` per sequence (``runnable.spawn_state()``), a new state for a new prompt.
-    ``"concat"`` (default) takes and returns the cache tensors."""
+    ``"concat"`` (default) takes and returns the cache tensors.
+    A vision-language model (SmolVLM, Idefics3) also writes its image encoder to
+    ``image_encoder`` (default: ``f``'s name with ``.vision`` before the suffix), and its
+    step takes ``image_features`` after the ids (:mod:`t2n.llm_vision`); the check then
+    generates from a prompt with images."""
+    from contextlib import ExitStack
+
     from t2n.api import export
+    from t2n.llm_vision import encoder_path, image_text_step, vision_plan
     from t2n.write.weight_formats import get_format
 
     weights = get_format(weights).name
@@ -359,6 +383,14 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
     # (t2n.llm_lora); the check's f32 reference stays the user's model
     user_model, (model, n_lora) = model, merged_lora_view(model)
     layers, states = step_layout(model)
+    vision = vision_plan(model)  # None: a text-only model
+    if vision is not None:
+        image_encoder = os.fspath(image_encoder or encoder_path(f))
+        if os.path.abspath(image_encoder) == os.path.abspath(f):
+            raise UsageError(f"image_encoder {image_encoder} is the decoder's path")
+        check_destination(image_encoder)
+    elif image_encoder is not None:
+        raise UsageError(f"image_encoder: {type(model).__name__} has no image encoder")
     if kv_cache == "inplace" and not layers:
         raise UsageError(f"kv_cache='inplace': {type(model).__name__} has no key/value cache "
                          "to keep in tract's State (its fixed-size states are step "
@@ -370,6 +402,9 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
         prompt = [int(t) for t in prompt]
         if not prompt or any(t < 0 or t >= vocab for t in prompt):
             raise UsageError(f"prompt must be a non-empty list of token ids in [0, {vocab})")
+    if vision is not None:
+        prompt = prompt or vision.default_prompt(default_prompt(vocab))
+        images = vision.images_for(prompt)
     if check and limit and len(prompt or default_prompt(vocab)) + max_new_tokens > limit:
         raise UsageError(f"the check's prompt and {max_new_tokens} new tokens exceed the "
                          f"model's {limit} positions (max_position_embeddings)")
@@ -378,38 +413,61 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
             *states.example(g, _EXAMPLE_P))
     ins, outs = states.io_names()
     dyn = states.dynamic_axes()  # the prompt runs with P = 0
+    props = _properties(model, layers, states, vocab, weights, all_logits, kv_cache)
+    step_class, extra = CausalLMStep, {}
+    if vision is not None:  # image_features [M, E] after the ids
+        args, ins, dyn = vision.decoder_io(args, ins, dyn, g)
+        props = vision.properties(props)
+        step_class = image_text_step(CausalLMStep)
+        extra = {"image_token_id": vision.image_token_id}
     # the archive reaches f only when the token check passes (t2n.write.staging)
     # experts as dense products, on a view of the model (t2n.llm_experts); model unchanged
     traced, n_experts = dense_experts_view(model)
-    with staged(f, keep_failed) as work:
-        step = CausalLMStep(traced, states.n_layers, all_logits=all_logits, states=states)
+    with ExitStack() as stack:
+        # the image encoder's archive moves into place after the decoder's, both only
+        # when the check passes
+        encoder_work = None if vision is None else stack.enter_context(staged(
+            image_encoder, keep_failed and encoder_path(keep_failed)))
+        work = stack.enter_context(staged(f, keep_failed))
+        step = step_class(traced, states.n_layers, all_logits=all_logits, states=states,
+                          **extra)
         with warnings.catch_warnings():
             # transformers' notices about its own API (deprecated attributes read while tracing)
             warnings.simplefilter("ignore", FutureWarning)
             result = export(step, args, work, input_names=ins, output_names=outs, dynamic_axes=dyn,
-                            properties=_properties(model, layers, states, vocab, weights,
-                                                   all_logits, kv_cache),
-                            quiet=quiet, progress=progress, weights=weights,
+                            properties=props, quiet=quiet, progress=progress, weights=weights,
                             # the kernels' substitutes and the layer hooks are the trace's
                             capture="trace",
                             **states.cache_option(kv_cache))
+            encoder = None if vision is None else vision.export_encoder(
+                traced, encoder_work, weights, quiet, progress)
         result.path = f  # where it will be; its tokens are generated from work
         # transformers compares sizes in Python per layer (q_length > 1, ...): one line each
         result.warnings = list(dict.fromkeys(result.warnings))
+        if encoder is not None:
+            encoder.path = image_encoder
+            encoder.warnings = list(dict.fromkeys(encoder.warnings))
         res = LLMExportResult(result, layers, vocab, weights, n_experts, n_lora,
-                              kv_cache=kv_cache, states=states)
+                              kv_cache=kv_cache, states=states, image_encoder=encoder)
         if check:
             res.prompt = prompt or default_prompt(vocab)
+            pixels = {} if vision is None or images is None else {"pixel_values": images}
             if weights == "f32":
-                res.reference_tokens = reference_tokens(user_model, res.prompt, max_new_tokens)
+                res.reference_tokens = reference_tokens(user_model, res.prompt, max_new_tokens,
+                                                        **pixels)
             else:  # the reference computes with the weights the archive stores
                 rounded = own_experts(result.rounded_model().model)
-                res.reference_tokens = reference_tokens(rounded, res.prompt, max_new_tokens)
+                if vision is not None:
+                    rounded = vision.with_rounded_encoder(rounded, encoder.rounded_model())
+                res.reference_tokens = reference_tokens(rounded, res.prompt, max_new_tokens,
+                                                        **pixels)
                 del rounded
-                res.generation["original_tokens"] = reference_tokens(user_model, res.prompt,
-                                                                     max_new_tokens)
-            res.generation.update(generate_in_tract(work, res.prompt, max_new_tokens,
-                                                    timeout=timeout))
+                res.generation["original_tokens"] = reference_tokens(
+                    user_model, res.prompt, max_new_tokens, **pixels)
+            res.generation.update(generate_in_tract(
+                work, res.prompt, max_new_tokens, timeout=timeout,
+                image_encoder=encoder_work if pixels else None,
+                pixel_values=pixels.get("pixel_values")))
             res.tract_tokens = res.generation["tokens"]
             if not res.passed:
                 raise CheckFailedError("tract's greedy tokens differ from transformers' generate:\n"
@@ -420,6 +478,8 @@ def export_llm(model, f, *, weights: str = "f32", check: bool = False,
 
 def _max_positions(model) -> int | None:
     cfg = model.config
+    # a vision-language model's positions are its text decoder's
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     n = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
     return n if isinstance(n, int) and n > 0 else None
 
@@ -432,10 +492,12 @@ def _vocab_size(model) -> int:
     return n
 
 
-def reference_tokens(model, prompt: list[int], n: int) -> list[int]:
-    """transformers' greedy ``generate``: ``n`` new tokens, no stop token, no processors."""
+def reference_tokens(model, prompt: list[int], n: int, pixel_values=None) -> list[int]:
+    """transformers' greedy ``generate``: ``n`` new tokens, no stop token, no processors
+    (``pixel_values [N, C, H, W]``: the images of a vision-language model's prompt)."""
     transformers = _transformers()
     ids = torch.tensor([prompt], dtype=torch.long)
+    images = {} if pixel_values is None else {"pixel_values": pixel_values.unsqueeze(0)}
     # generate() fills what a given config leaves unset from model.generation_config (its
     # stop tokens, repetition penalty, ...): swap in a plain one for the call
     # a peft model generates through its base model, which reads the generation config
@@ -447,7 +509,7 @@ def reference_tokens(model, prompt: list[int], n: int) -> list[int]:
         with eval_mode(model), torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                  do_sample=False, num_beams=1, max_new_tokens=n,
-                                 eos_token_id=None, pad_token_id=0)
+                                 eos_token_id=None, pad_token_id=0, **images)
     except T2NError:
         raise
     except Exception as e:
@@ -462,17 +524,23 @@ def reference_tokens(model, prompt: list[int], n: int) -> list[int]:
 
 
 def generate_in_tract(archive: str, prompt: list[int], n: int,
-                      timeout: float | None = 1800) -> dict:
+                      timeout: float | None = 1800, image_encoder: str | None = None,
+                      pixel_values=None) -> dict:
     """:func:`t2n.llm_generate.generate` in a child process (a tract panic fails the check,
-    not the caller)."""
+    not the caller); with ``image_encoder``, the prompt's images ``pixel_values`` are
+    encoded by that archive first."""
     import tempfile
+
+    import numpy as np
 
     from t2n.check.child import run_child, summarise
 
     with tempfile.TemporaryDirectory(prefix="t2n-llm-") as d:
-        run = run_child("t2n.llm_generate", [os.path.abspath(archive),
-                                             ",".join(map(str, prompt)), str(n)],
-                        workdir=d, timeout=timeout)
+        argv = [os.path.abspath(archive), ",".join(map(str, prompt)), str(n)]
+        if image_encoder is not None:
+            np.save(os.path.join(d, "pixels.npy"), pixel_values.numpy())
+            argv += [os.path.abspath(image_encoder), os.path.join(d, "pixels.npy")]
+        run = run_child("t2n.llm_generate", argv, workdir=d, timeout=timeout)
     if not run.ok:
         raise TractError(f"tract could not generate with {archive}: " + (
             f"tract {run.crash_text()}" if run.crashed else summarise(run.stderr)),

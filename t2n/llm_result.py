@@ -43,6 +43,7 @@ class LLMExportResult:
     generation: dict = field(default_factory=dict)
     kv_cache: str = "concat"  # "inplace": keys and values are kept in tract's State
     states: StepStates | None = None  # every state the step carries (t2n.llm_state)
+    image_encoder: object = None  # a vision-language model's second archive (ExportResult)
 
     @property
     def path(self) -> str:
@@ -76,6 +77,10 @@ class LLMExportResult:
     def report(self) -> str:
         lines = self.export.report().splitlines()
         lines.append(self._layout_line())
+        if self.image_encoder is not None:
+            lines.append("  image encoder (pixel_values -> image_features, the decoder's "
+                         "input after input_ids):")
+            lines += ["  " + ln for ln in self.image_encoder.report().splitlines()]
         if self.merged_lora:
             lines.append(f"  LoRA: {self.merged_lora} adapted layers merged into their base "
                          "weights (copies; the model is unchanged)")
@@ -99,6 +104,14 @@ class LLMExportResult:
                 lines.append("    (the tracer warnings above are transformers comparing sizes in "
                              "Python; this check ran the archive at P = 0, S > 1 and at S = 1, "
                              "P > 0)")
+            if self.passed and g.get("images") and self.image_encoder is not None \
+                    and any(w.startswith("tracer:") for w in self.image_encoder.warnings):
+                lines.append("    (the image encoder's tracer warnings are sizes that the "
+                             "image size fixes: patch grid, pixel shuffle; the check encoded "
+                             f"{g['images']} images in tract, the trace another number)")
+            if g.get("encode_seconds") is not None:
+                lines.append(f"    tract image encoder: {g['images']} images in "
+                             f"{g['encode_seconds'] * 1000:.1f} ms")
             if g.get("decode_tokens_per_second"):
                 lines.append(f"    tract decode {g['decode_tokens_per_second']:.1f} tokens/s, "
                              f"prefill {g['prefill_seconds'] * 1000:.1f} ms, "
@@ -107,6 +120,8 @@ class LLMExportResult:
 
     def llm_dict(self) -> dict:
         """The language-model part of the result as plain JSON data."""
+        from t2n.jsonreport import result_dict
+
         return {"layers": [dict(c.__dict__) for c in self.layers], "vocab_size": self.vocab_size,
                 "states": [{"name": s.input_name, "kind": s.kind, "shape": list(s.shape)}
                            for s in (self.states.specs if self.states else [])],
@@ -114,4 +129,6 @@ class LLMExportResult:
                 "merged_lora": self.merged_lora, "kv_cache": self.kv_cache,
                 "prompt": self.prompt,
                 "reference_tokens": self.reference_tokens, "tract_tokens": self.tract_tokens,
-                "passed": self.passed, "generation": self.generation}
+                "passed": self.passed, "generation": self.generation,
+                "image_encoder": None if self.image_encoder is None
+                else result_dict(self.image_encoder)}
