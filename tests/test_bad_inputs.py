@@ -125,7 +125,7 @@ def test_model_raising_in_forward(out):
 def test_wrong_inputs(inputs, needle, out):
     args = [a for spec in inputs for a in ("--input", spec)]
     r = t2n("export", "cli_models:make_mlp", "-o", out / "m.tgz", *args)
-    assert_one_line_error(r, 2, "traced on the example inputs")
+    assert_one_line_error(r, 2, "on the example inputs")
     assert needle in r.stderr
     assert leftovers(out) == []
 
@@ -144,13 +144,25 @@ def test_non_tensor_output(maker, out):
     assert leftovers(out) == []
 
 
-def test_data_dependent_control_flow_is_warned(out):
+def test_data_dependent_control_flow_is_warned_by_the_trace(out):
     r = t2n("export", "cli_models:make_data_dependent", "-o", out / "m.tgz",
-            "--input", "x:2x8:f32", "--check", "-q")
+            "--input", "x:2x8:f32", "--check", "-q", "--capture", "trace")
     assert r.exit_code == 0, r.output
     warn = [ln for ln in r.stderr.splitlines() if ln.startswith("t2n: warning:")]
     assert len(warn) == 1 and "data-dependent control flow" in warn[0], r.stderr
     assert "Traceback" not in r.output
+
+
+def test_data_dependent_control_flow_is_refused_by_the_default_capture(out):
+    """torch.export refuses the branch on a value, naming the line, and the error names
+    the captures that take the model along the example's path."""
+    r = t2n("export", "cli_models:make_data_dependent", "-o", out / "m.tgz",
+            "--input", "x:2x8:f32")
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert "depends on tensor values" in lines[0] and "cli_models.py:" in lines[0], lines
+    assert len(lines) == 2 and "capture='trace'" in lines[1] and "capture='auto'" in lines[1]
+    assert "Traceback" not in r.output and leftovers(out) == []
 
 
 def test_nan_and_inf_outputs_are_compared_and_reported(out):

@@ -168,8 +168,9 @@ def test_scripted_control_flow_is_refused_by_the_trace_and_exported_by_export(tm
 
     x = torch.randn(2, 5)
     with pytest.raises(UnsupportedOperatorsError, match=r"prim::If.*capture='export'"):
-        t2n.export(_ScriptIfTracing(), (x,), tmp_path / "t.nnef")
+        t2n.export(_ScriptIfTracing(), (x,), tmp_path / "t.nnef", capture="trace")
     assert_exports(_ScriptIfTracing(), (x,), capture="export")
+    assert_exports(_ScriptIfTracing(), (x,), capture=None)  # the default
 
 
 def test_the_failing_line_is_found_when_torch_quotes_no_stack():

@@ -175,10 +175,12 @@ def fallback_note(failed: str, error: BaseException, used: str) -> str:
             f"captured with {USED.get(used, used)}")
 
 
-def capture_failure_note(asked: str | None, failed: str) -> str | None:
+def capture_failure_note(asked: str | None, failed: str, error: BaseException) -> str | None:
     """The note a failed capture adds to its error when t2n chose torch.export (the
-    default): the other captures, which may take the model."""
-    if asked is None and failed == "export":
+    default) and the failure is torch.export's own (data-dependent control flow, Python it
+    cannot follow): the other captures, which may take the model."""
+    if asked is None and failed == "export" and getattr(error, "another_capture_may_help",
+                                                        False):
         return ("torch.export is the default capture; capture='trace' (--capture trace) "
                 "records the example's path instead, capture='auto' tries torch.export "
                 "then the trace")

@@ -11,13 +11,16 @@ same ops the trace path sees wherever t2n maps them.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import warnings
 
 import torch
 
 from t2n.capture import model_io
 from t2n.walk import registry
-from t2n.errors import TraceError, UsageError
+from t2n.errors import T2NError, TraceError, UsageError
 from t2n.capture.inplace_ops import functionalize_simple_writes
 from t2n.capture.model_mode import eval_mode
 from t2n.capture.leaf_ops import Leaves
@@ -188,14 +191,17 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
                          "exported with capture='trace')")
     with eval_mode(model), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        _runs_on_the_example(model, binding)  # torch.export's fake tensors check less
         try:
             flat = _Flat(model, binding)
-            with Leaves():
+            with Leaves(), _quiet_torch():
                 ep = torch.export.export(
                     flat, _distinct(binding.tensors),
                     dynamic_shapes=_dynamic_shapes(len(binding.tensors), symbols)
                     if symbols else None)
         except Exception as e:  # torch.export's own diagnosis, as one clear line
+            if isinstance(e, T2NError):  # t2n's own refusal (an output it cannot take)
+                raise
             raise _export_error(e, symbols, input_names, binding.tensors) from e
         frozen, ranges = _frozen_axes(ep, symbols, input_names)
         if frozen:
@@ -263,6 +269,40 @@ def _export_error(e: Exception, symbols, input_names, tensors=()) -> Exception:
         return UsageError("a dynamic axis is frozen by the model: torch.export found that "
                           f"the code needs a fixed size ({axes}): {first}")
     if "data-dependent" in text or "GuardOnDataDependent" in name:
-        return TraceError("torch.export cannot capture the model: its Python control flow "
-                          f"depends on tensor values ({first})")
-    return TraceError(f"torch.export failed on the example inputs: {name}: {first}")
+        error = TraceError("torch.export cannot capture the model: its Python control flow "
+                           f"depends on tensor values ({first})")
+    else:
+        error = TraceError(f"torch.export failed on the example inputs: {name}: {first}")
+    error.another_capture_may_help = True  # t2n.capture.strategies.capture_failure_note
+    return error
+
+
+@contextlib.contextmanager
+def _quiet_torch():
+    """torch.export prints the partial graph of a failed capture on stderr and logs
+    warnings about it; t2n's error names the cause and the model's line in one line, so
+    both are held back while it runs (the log level of torch's loggers is restored)."""
+    torch_log = logging.getLogger("torch")
+    level = torch_log.level
+    torch_log.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        torch_log.setLevel(level)
+
+
+def _runs_on_the_example(model, binding) -> None:
+    """Run ``model`` on the example inputs (eval mode, no grad) before torch.export: a
+    model PyTorch cannot run on them is refused with its own error, as the trace refuses
+    it (torch.export's fake tensors let some through: an int64 input to a float
+    ``nn.Linear``), and a failure of torch.export afterwards is torch.export's own."""
+    try:
+        binding.call(model)
+    except T2NError:
+        raise
+    except Exception as e:
+        text = str(e).strip().splitlines()
+        raise TraceError("the model failed on the example inputs: "
+                         f"{type(e).__name__}: {text[0] if text else ''}"
+                         f"{_user_line(str(e), e)}") from e
