@@ -169,8 +169,24 @@ def test_a_frozen_size_fails_on_the_resized_set(tmp_path):
         warnings.simplefilter("ignore")
         with pytest.raises(t2n.CheckFailedError) as e:
             t2n.export(FrozenSize(), (torch.randn(2, 6),), tmp_path / "f.tar",
-                       input_names=["x"], dynamic_axes={"x": {1: "S"}}, check=True)
+                       input_names=["x"], dynamic_axes={"x": {1: "S"}}, check=True,
+                       capture="trace")
     assert "output_0: MISMATCH" in str(e.value) and "on input set fresh S=7" in str(e.value)
+
+
+class SizesAsTensors(torch.nn.Module):
+    """Sizes made tensors (``torch.tensor(x.shape[0])``, ``scalar_tensor``, ``full``):
+    under torch.export they stay symbolic, evaluated by tract at run time."""
+
+    def forward(self, x):
+        return (x + torch.scalar_tensor(x.shape[1]) * torch.tensor(x.shape[0], dtype=torch.float32)
+                + torch.full((), x.shape[1], dtype=torch.int64))
+
+
+def test_sizes_made_tensors_follow_the_dynamic_axes():
+    assert_exports(SizesAsTensors(), (torch.randn(2, 6),), input_names=["x"],
+                   dynamic_axes={"x": {0: "B", 1: "S"}}, more_args=[(torch.randn(3, 9),)],
+                   capture="export")
 
 
 def test_fresh_inputs_leave_the_model_as_it_was(tmp_path):

@@ -136,14 +136,20 @@ def test_array_literals_become_variables(tmp_path):
     assert "[1.5" not in graph_text(path)
 
 
-def test_every_unexpressible_op_refused_at_once_with_lines(tmp_path):
-    def fn(x, i):
+class _Unexpressible(torch.nn.Module):
+    """Ops standard NNEF has no form for, in a module's forward (torch.export records the
+    source lines of modules' forward methods)."""
+
+    def forward(self, x, i):
         y = torch.zeros(4, 8).scatter_add(0, i, x)
         return y.cumsum(1) + torch.topk(x, 2, dim=1).values.sum()
 
+
+@pytest.mark.parametrize("capture", ["export", "trace"])
+def test_every_unexpressible_op_refused_at_once_with_lines(tmp_path, capture):
     with pytest.raises(UnsupportedOperatorsError) as e:
-        t2n.export(FunctionModule(fn), (torch.randn(3, 8), torch.randint(0, 4, (3, 8))),
-                   str(tmp_path / "m.nnef"), target="khronos")
+        t2n.export(_Unexpressible(), (torch.randn(3, 8), torch.randint(0, 4, (3, 8))),
+                   str(tmp_path / "m.nnef"), target="khronos", capture=capture)
     msg = str(e.value)
     assert "target 'khronos' cannot express" in msg
     for op in ("aten::scatter_add", "aten::cumsum", "aten::topk"):
@@ -313,6 +319,8 @@ def test_archive_the_parser_refuses_is_not_written(tmp_path, monkeypatch):
     with pytest.raises(LoadRefusedError) as e:
         t2n.export(TinyUNet().eval(), (torch.randn(1, 3, 16, 16),), str(out), target="khronos")
     assert "filter batch" in str(e.value) and e.value.exit_code == 2
-    assert e.value.op == "aten::_convolution" and "(deconv)" in str(e.value)
+    # the trace records aten::_convolution, torch.export the functional conv_transpose2d
+    assert e.value.op in ("aten::_convolution", "aten::conv_transpose2d")
+    assert "(deconv)" in str(e.value)
     assert "test_khronos.py" in e.value.where  # self.u2's line
     assert list(tmp_path.iterdir()) == []

@@ -24,7 +24,9 @@ def _filled(g, size, value):
             raise g.error("fill_value: must be a number or a 0-d tensor")
         v = g.cast(value, dtype)
     else:
-        if dtype == torch.bool:
+        if not isinstance(value, (bool, int, float)):
+            pass  # a symbolic size (torch.tensor(x.shape[1])): g.scalar evaluates it in tract
+        elif dtype == torch.bool:
             value = bool(value)
         elif not dtype.is_floating_point:
             if isinstance(value, float) and not value.is_integer():
