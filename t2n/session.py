@@ -77,7 +77,7 @@ class ExportSession:
 
     model: Any = None  # the user's model: read, never modified
     args: tuple = ()  # the example inputs
-    capture: str | None = None  # the capture asked for (t2n.capture.strategies; None: default)
+    capture: str | None = "trace"  # the capture asked for (t2n.capture.strategies; None: by kind)
     captured_with: str | None = None  # the one that captured the model ("auto": either)
     options: dict = field(default_factory=dict)  # the passes' options (t2n.passes)
     target: Target = TARGETS["tract"]
@@ -116,7 +116,7 @@ def known_options() -> frozenset[str]:
 
 
 def open_session(model, args: tuple, f, *, check=False, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
-                 weights="f32", streaming=None, pulse=None, target="tract", capture=None,
+                 weights="f32", streaming=None, pulse=None, target="tract", capture="trace",
                  dtype=None, options: dict) -> ExportSession:
     """The session of one ``export`` call, every argument checked before the capture (which
     can take minutes on a large model): a wrong choice is a UsageError now, and ``f`` must

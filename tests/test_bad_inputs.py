@@ -153,11 +153,11 @@ def test_data_dependent_control_flow_is_warned_by_the_trace(out):
     assert "Traceback" not in r.output
 
 
-def test_data_dependent_control_flow_is_refused_by_the_default_capture(out):
+def test_data_dependent_control_flow_is_refused_by_torch_export(out):
     """torch.export refuses the branch on a value, naming the line, and the error names
     the captures that take the model along the example's path."""
     r = t2n("export", "cli_models:make_data_dependent", "-o", out / "m.tgz",
-            "--input", "x:2x8:f32")
+            "--input", "x:2x8:f32", "--capture", "export")
     assert r.exit_code == 2, r.output
     lines = r.stderr.strip().splitlines()
     assert "depends on tensor values" in lines[0] and "cli_models.py:" in lines[0], lines

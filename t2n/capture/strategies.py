@@ -98,8 +98,8 @@ class Export:
 STRATEGIES = {"trace": Trace(), "torchscript": SavedTorchScript(), "export": Export()}
 
 
-# what a user chooses (capture=, --capture); None, the default, picks by the model's kind
-# (:func:`default_capture`)
+# what a user chooses (capture=, --capture; "trace" by default); None picks by the model's
+# kind (:func:`default_capture`), the choice meant to become the default (docs/capture.md)
 CHOICES = {"export": "torch.export", "trace": "torch.jit.trace",
            "auto": "torch.export, else torch.jit.trace saying why"}
 USED = {**CHOICES, "torchscript": "the ScriptModule's own TorchScript graph"}
@@ -176,20 +176,19 @@ def fallback_note(failed: str, error: BaseException, used: str) -> str:
 
 
 def capture_failure_note(asked: str | None, failed: str, error: BaseException) -> str | None:
-    """The note a failed capture adds to its error when t2n chose torch.export (the
-    default) and the failure is torch.export's own (data-dependent control flow, Python it
-    cannot follow): the other captures, which may take the model."""
-    if asked is None and failed == "export" and getattr(error, "another_capture_may_help",
-                                                        False):
-        return ("torch.export is the default capture; capture='trace' (--capture trace) "
-                "records the example's path instead, capture='auto' tries torch.export "
-                "then the trace")
+    """The note a failed torch.export capture (asked for, or chosen by ``capture=None``)
+    adds to its error when the failure is torch.export's own (data-dependent control flow,
+    Python it cannot follow): the other captures, which may take the model."""
+    if asked in (None, "export") and failed == "export" \
+            and getattr(error, "another_capture_may_help", False):
+        return ("capture='trace' (--capture trace) records the example's path instead, "
+                "capture='auto' tries torch.export then the trace")
     return None
 
 
 def capture_report(asked: str | None, used: str, model=None, binding=None) -> str | None:
-    """The report's line naming the capture used, when the user let t2n choose (the
-    default, or ``"auto"``), with the reason when the default is not torch.export."""
+    """The report's line naming the capture used, when the user let t2n choose (None or
+    ``"auto"``), with the reason when None's choice is not torch.export."""
     if asked not in (None, "auto"):
         return None
     why = default_capture(model, binding)[1] if asked is None else None
