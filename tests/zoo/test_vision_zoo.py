@@ -39,11 +39,12 @@ def test_vision_model(entry):
 VOLO = next(m for m in MODELS if m.name == "timm_volo_d1")
 
 
-@pytest.mark.parametrize("draw", [1, 2])  # draw 0: test_vision_model[timm_volo_d1]
+@pytest.mark.parametrize("draw", [1])  # draw 0: test_vision_model[timm_volo_d1]
 def test_volo_d1_weight_draws(draw):
     """Issue #29: VOLO-D1 at 64x64 (outlook attention: unfold -> per-window softmax ->
-    fold, ceil-mode pool) under two more weight and input draws than the zoo's seed 0
-    (about 25 s each on an idle machine)."""
+    fold, ceil-mode pool) under one more weight and input draw than the zoo's seed 0
+    (about 12 s on an idle machine; `python -m bench.weight_draw_sweep --models
+    timm_volo_d1 --draws 3` runs more, outside the suite's time budget)."""
     torch.manual_seed(draw)
     model = VOLO.build()
     shape = tuple(VOLO.shape[1:])
