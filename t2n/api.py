@@ -239,7 +239,7 @@ def _capture_walk(session, capture: str, binding, in_names, symbols, least, dyna
         program = STRATEGIES[capture].capture(model, binding, symbols, in_names,
                                               bounds=(least, most))
     except Exception as e:
-        note = capture_failure_note(session.capture, capture, e)  # the default: the others
+        note = capture_failure_note(session.capture, capture, e)  # names the other captures
         if note:
             e.add_note(note)
         raise

@@ -191,5 +191,7 @@ def capture_report(asked: str | None, used: str, model=None, binding=None) -> st
     ``"auto"``), with the reason when None's choice is not torch.export."""
     if asked not in (None, "auto"):
         return None
-    why = default_capture(model, binding)[1] if asked is None else None
+    # the reason is asked again only when None did not pick torch.export (a walk of the
+    # modules, which resolve_capture already made for the choice itself)
+    why = default_capture(model, binding)[1] if asked is None and used != "export" else None
     return f"capture: {used} ({USED.get(used, used)})" + (f": {why}" if why else "")
