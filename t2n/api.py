@@ -25,7 +25,7 @@ from t2n.capture.trace import load_model
 from t2n.check import constant_outputs
 from t2n.check.compare import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
 from t2n.check.eager import torch_outputs  # noqa: F401  (t2n.api.torch_outputs, for tests)
-from t2n.check.verify import check_archive_sets, verify
+from t2n.check.verify import check_archive_sets, start_engine, verify
 from t2n.errors import ConversionError, UsageError
 from t2n.result import ExportResult, TensorInfo
 from t2n.session import open_session
@@ -63,6 +63,7 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
                            weights=weights, streaming=streaming, pulse=pulse, target=target,
                            capture=capture, dtype=dtype, options=options)
     f = os.fspath(f)
+    start_engine(session)  # its start overlaps the capture
     built = _build(session, binding, output_names, dynamic_axes,
                    (streaming, pulse) if streaming is not None or pulse is not None else None)
     g = built.graph

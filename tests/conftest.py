@@ -172,13 +172,17 @@ def _one_tract_child_per_test_process():
     def load_in_tract(archive, timeout=600):  # the load every export proves (t2n.check.load)
         worker.load(archive)
 
-    original_load = tract_runner.load_in_tract
+    def prestart(timeout=600):  # the worker is up already: no shared child to start
+        worker.start()
+
+    original_load, original_prestart = tract_runner.load_in_tract, tract_runner.prestart
     tract_runner.run_in_tract = run_in_tract
     tract_runner.run_sets_in_tract = run_sets_in_tract
     tract_runner.load_in_tract = load_in_tract
+    tract_runner.prestart = prestart
     yield worker
     tract_runner.run_in_tract, tract_runner.run_sets_in_tract = original
-    tract_runner.load_in_tract = original_load
+    tract_runner.load_in_tract, tract_runner.prestart = original_load, original_prestart
     worker.close()
 
 

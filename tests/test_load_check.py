@@ -126,3 +126,58 @@ def test_worker_loads_without_running(tmp_path):
         assert got[0].shape == (1, 4, 8)
     finally:
         w.close()
+
+
+def test_exports_share_one_tract_child_started_before_the_capture(tmp_path):
+    """Outside the test session's worker (a fresh interpreter): an export starts the
+    process's tract child before it captures the model, the load proof and the check run
+    in it, the next export reuses it, and a refusal in it reads as a refusal in a child of
+    its own (the DPT readout without the pass that fixes it)."""
+    import subprocess
+    import sys
+
+    code = f"""
+import torch
+import t2n, t2n.passes as passes
+from t2n.capture import trace
+from t2n.check import tract_runner
+from t2n.check.load import LoadRefusedError
+import test_load_check as T
+alive = []
+capture = trace.capture
+def watching(*a, **k):
+    r = tract_runner.SHARED._runner
+    alive.append(r is not None and r._proc is not None and r._proc.poll() is None)
+    return capture(*a, **k)
+trace.capture = watching
+x = torch.randn(1, 5, 8)
+t2n.export(T.make_readout(), (x,), {str(tmp_path / "a.nnef.tar")!r})
+pid = tract_runner.SHARED._runner._proc.pid
+t2n.export(T.make_readout(), (x,), {str(tmp_path / "b.nnef.tar")!r}, check=True)
+assert tract_runner.SHARED._runner._proc.pid == pid
+passes.PIPELINE = tuple(p for p in passes.PIPELINE if p != "product_broadcasts")
+try:
+    t2n.export(T.make_readout(), (x,), {str(tmp_path / "c.nnef.tar")!r})
+except LoadRefusedError as e:
+    served = str(e)
+with tract_runner.SHARED._lock:  # busy: a child of its own
+    try:
+        t2n.export(T.make_readout(), (x,), {str(tmp_path / "c.nnef.tar")!r})
+    except LoadRefusedError as e:
+        per_call = str(e)
+import re
+staging = re.compile(r"[.]c[.]nnef[.]tar[.][^./]+[.]staging")  # a random name per export
+assert staging.sub("", served) == staging.sub("", per_call), (served, per_call)
+assert "aten::linear" in served and "test_load_check.py:" in served, served
+assert tract_runner.SHARED._runner._proc.pid == pid
+print(alive)
+"""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(t2n.__file__))), here,
+         os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.strip().splitlines()[-1] == "[True, True, True, True]"
+    assert not (tmp_path / "c.nnef.tar").exists()

@@ -50,6 +50,12 @@ def parse_in_nnef_tools(archive: str, timeout: float | None = 600) -> None:
     run_sets_in_nnef_tools(archive, [], timeout)
 
 
+def prestart(timeout: float | None = 600) -> None:
+    """Start the process's shared nnef-tools child (:data:`SHARED`) now, so its start (the
+    import of torch and nnef-tools) overlaps the export's capture."""
+    SHARED.prestart(timeout)
+
+
 class NnefToolsWorker(ServedRunner):
     """A long-lived nnef-tools child of the caller's own (exports share :data:`SHARED`)."""
 

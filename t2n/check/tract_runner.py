@@ -1,10 +1,13 @@
 """Run an NNEF archive in tract, in a separate process.
 
 tract aborts the whole process on a Rust panic, so t2n never loads an archive in its own
-process: :func:`run_in_tract` starts ``python -m t2n.check.tract_runner`` with the archive and an
-``.npz`` of inputs, and reads back an ``.npz`` of outputs. :func:`run_sets_in_tract` runs
-several input sets (a check's example and fresh inputs) with one load of the archive. This
-module imports neither torch nor t2n's engine, so the child starts fast.
+process: :func:`run_in_tract` has ``python -m t2n.check.tract_runner`` load the archive and
+run it on an ``.npz`` of inputs, and reads back an ``.npz`` of outputs.
+:func:`run_sets_in_tract` runs several input sets (a check's example and fresh inputs) with
+one load of the archive. The child is the process's shared one (:data:`SHARED`, which an
+export starts before it captures the model, :func:`prestart`, and which leaves after
+``IDLE`` seconds without work); a call made while another thread uses it gets a child of its
+own. This module imports neither torch nor t2n's engine, so the child starts fast.
 
 Exit codes of the child: 0 every set ran (each set's outputs, or tract's refusal of those
 inputs in ``OUT.npz.err``); 3 tract refused the archive (the message is on stderr);
@@ -23,7 +26,7 @@ import numpy as np
 from t2n.check.child import REFUSED as LOAD_OR_RUN_ERROR
 from t2n.check.child import run_child, summarise
 from t2n.check.runner_io import TractRunError, only, read_sets, write_sets
-from t2n.check.served import ServedRunner, serve
+from t2n.check.served import ServedRunner, SharedRunner, serve
 
 
 def run_in_tract(archive: str, inputs: list[np.ndarray],
@@ -37,7 +40,8 @@ def run_sets_in_tract(archive: str, sets: list[list[np.ndarray]],
     """Outputs of the archive on each input set, tract loading the archive ONCE in one
     child: per set, its list of outputs or the :class:`TractRunError` tract raised on it
     (a refusal of those inputs). A load error or a crash raises; a crash names the set."""
-    return run_sets_in_child("t2n.check.tract_runner", "tract", archive, sets, timeout)
+    return SHARED.run_sets(archive, sets, timeout, lambda: run_sets_in_child(
+        "t2n.check.tract_runner", "tract", archive, sets, timeout))
 
 
 def load_in_tract(archive: str, timeout: float | None = 600) -> None:
@@ -45,7 +49,13 @@ def load_in_tract(archive: str, timeout: float | None = 600) -> None:
     runnable plan) without running it, in a child; raises :class:`TractRunError` with
     tract's message when tract refuses or crashes on it. What every tract export proves
     before it is accepted (:mod:`t2n.check.load`)."""
-    run_in_child("t2n.check.tract_runner", "tract", archive, None, timeout)
+    run_sets_in_tract(archive, [], timeout)
+
+
+def prestart(timeout: float | None = 600) -> None:
+    """Start the process's shared tract child (:data:`SHARED`) now, so its start overlaps
+    the export's capture (an export that proves or checks its archive in tract calls it)."""
+    SHARED.prestart(timeout)
 
 
 def run_in_child(module: str, engine: str, archive: str, inputs: list[np.ndarray] | None,
@@ -80,6 +90,10 @@ class TractWorker(ServedRunner):
 
     def __init__(self, timeout: float = 300):
         super().__init__("t2n.check.tract_runner", "tract", timeout)
+
+
+IDLE = 60.0  # seconds the shared child waits for the next archive before it exits
+SHARED = SharedRunner("t2n.check.tract_runner", "tract", IDLE)
 
 
 def _run_sets(tract, archive: str, pairs: list[tuple[str, str]]) -> str | None:

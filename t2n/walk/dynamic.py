@@ -164,6 +164,9 @@ class SymbolicShapes:
         self.hints: dict = {s: int(h) for s, h in hints.items()}
         self.unknown: set[str] = set()  # ops whose symbolic shapes PyTorch could not compute
         self._cache: dict = {}  # transformer layers repeat the same node signatures
+        from t2n.walk.shape_points import PointShapes
+
+        self.points = PointShapes(self.hints)  # the common ops' sizes, without a ShapeEnv
 
     def _fresh(self):
         from torch._dynamo.source import ConstantSource
@@ -246,7 +249,9 @@ class SymbolicShapes:
         key = (str(schema), _key(inputs))
         if key in self._cache:
             return self._cache[key]
-        out = self._compute(schema, inputs, op_name)
+        out = self.points.out_shapes(schema, inputs)
+        if out is None:
+            out = self._compute(schema, inputs, op_name)
         self._cache[key] = out
         return out
 
