@@ -16,7 +16,7 @@ import torch
 from t2n.mappings.helpers.matrix import einsum_op
 from t2n.mappings.helpers.ordering import stable_topk
 from t2n.walk.registry import aten
-from t2n.walk.dynamic import is_symbolic
+from t2n.walk.builder import _is_sym
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -218,7 +218,7 @@ def _trilu(g, self, diagonal, upper: bool):
     if self.rank < 2:
         raise g.error(f"self: tril/triu need rank >= 2, got rank {self.rank}")
     # a diagonal from a dynamic size (a causal mask over a cache: ``tril(P)``) is a tensor
-    k = g.dim_scalar(diagonal) if is_symbolic(diagonal) else int(diagonal)
+    k = g.dim_scalar(diagonal) if _is_sym(diagonal) else int(diagonal)
     return g.op("tract_core_trilu", self, k=k, upper=upper, out_dtype=self.dtype,
                 out_shape=self.shape)
 

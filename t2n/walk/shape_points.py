@@ -149,8 +149,7 @@ class PointShapes:
         value there; ``given`` collects the dynamic sizes met (at the first point)."""
         import torch
 
-        from t2n.walk.builder import Tensor
-        from t2n.walk.dynamic import is_symbolic
+        from t2n.walk.builder import Tensor, _is_sym
 
         if isinstance(x, Tensor):
             if x.is_const and x.static_shape() is not None:
@@ -159,7 +158,7 @@ class PointShapes:
                                device="meta")
         if isinstance(x, (list, tuple)):
             return type(x)(self._at(v, k, given) for v in x)
-        if is_symbolic(x):
+        if _is_sym(x):
             return self._size(x, k, given)
         if isinstance(x, torch.Tensor):
             return torch.empty(x.shape, dtype=x.dtype, device="meta")
@@ -168,9 +167,9 @@ class PointShapes:
         return x
 
     def _size(self, d, k: int, given: dict | None) -> int:
-        from t2n.walk.dynamic import is_symbolic
+        from t2n.walk.builder import _is_sym
 
-        if not is_symbolic(d):
+        if not _is_sym(d):
             return int(d)
         values = self.values(d)
         if len(set(values)) < len(values):  # a floor, a min ...: sizes the points do not show
