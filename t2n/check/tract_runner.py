@@ -101,10 +101,7 @@ def _run_sets(tract, archive: str, pairs: list[tuple[str, str]]) -> str | None:
     outputs go to OUT, a refusal of those inputs to ``OUT.err``. Returns None, or tract's
     message when it refused the archive itself."""
     try:
-        nnef = tract.nnef()
-        if declares_transformers(archive):  # stateful caches (t2n.passes.stateful_cache)
-            nnef = nnef.with_tract_transformers()
-        runnable = nnef.load(archive).into_runnable()
+        runnable = _loader(tract, declares_transformers(archive)).load(archive).into_runnable()
     except Exception as e:  # tract.TractError and friends
         return _message(e)
     for inp, out in pairs:
@@ -118,6 +115,19 @@ def _run_sets(tract, archive: str, pairs: list[tuple[str, str]]) -> str | None:
             continue
         np.savez(out, *arrays)
     return None
+
+
+_LOADERS: dict = {}
+
+
+def _loader(tract, transformers: bool):
+    """tract's NNEF loader, with the ``tract_transformers`` registry when the archive
+    declares it (stateful caches, :mod:`t2n.passes.stateful_cache`). Made once per child:
+    ``tract.nnef()`` registers every op (12 ms), more than loading a small archive."""
+    if transformers not in _LOADERS:
+        nnef = tract.nnef()
+        _LOADERS[transformers] = nnef.with_tract_transformers() if transformers else nnef
+    return _LOADERS[transformers]
 
 
 def declares_transformers(archive: str) -> bool:
