@@ -22,6 +22,7 @@ served child a process's exports share (the nnef-tools runner's).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import select
 import subprocess
@@ -171,28 +172,30 @@ class SharedRunner:
         self._lock = threading.Lock()
 
     def run_sets(self, archive: str, sets, timeout: float | None, per_call: Callable[[], list]):
-        if os.getpid() != self._pid or not self._lock.acquire(blocking=False):
-            return per_call()
-        try:
-            if self._runner is None:
-                self._runner = ServedRunner(self.module, self.engine, timeout, self.idle)
-                atexit.register(self.close)
-            self._runner.timeout = timeout
-            return self._runner.run_sets(archive, sets)
-        finally:
-            self._lock.release()
+        with self._held(timeout) as runner:
+            return per_call() if runner is None else runner.run_sets(archive, sets)
 
     def prestart(self, timeout: float | None) -> None:
         """Start the child now, unless it runs already: an export calls this before it
         captures the model, so the child's interpreter and engine import (0.3 s for tract,
         2-3 s for nnef-tools) overlap the capture instead of following the write."""
+        with self._held(timeout) as runner:
+            if runner is not None:
+                runner.start()
+
+    @contextlib.contextmanager
+    def _held(self, timeout: float | None):
+        """The served runner (made at the first use), held by this thread; None while
+        another thread holds it, or in a forked process."""
         if os.getpid() != self._pid or not self._lock.acquire(blocking=False):
+            yield None
             return
         try:
             if self._runner is None:
                 self._runner = ServedRunner(self.module, self.engine, timeout, self.idle)
                 atexit.register(self.close)
-            self._runner.start()
+            self._runner.timeout = timeout
+            yield self._runner
         finally:
             self._lock.release()
 

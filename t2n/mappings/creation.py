@@ -23,15 +23,10 @@ def _filled(g, size, value):
         if value.rank != 0:
             raise g.error("fill_value: must be a number or a 0-d tensor")
         v = g.cast(value, dtype)
-    else:
-        if not isinstance(value, (bool, int, float)):
-            pass  # a symbolic size (torch.tensor(x.shape[1])): g.scalar evaluates it in tract
-        elif dtype == torch.bool:
-            value = bool(value)
-        elif not dtype.is_floating_point:
-            if isinstance(value, float) and not value.is_integer():
-                value = int(value)  # torch truncates a float fill for an int dtype
-            value = int(value)
+    else:  # a number, or a symbolic size (torch.tensor(x.shape[1])) tract evaluates
+        if isinstance(value, (bool, int, float)) and not dtype.is_floating_point:
+            # torch truncates a float fill for an int dtype
+            value = bool(value) if dtype == torch.bool else int(value)
         v = g.scalar(value, dtype)
     size = list(size)
     if not size:

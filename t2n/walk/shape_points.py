@@ -17,6 +17,11 @@ None, and PyTorch's symbolic functions answer (and raise what they raise) as bef
 
 from __future__ import annotations
 
+import sympy
+import torch
+
+from t2n.walk.builder import Tensor, _is_sym
+
 # aten ops whose output sizes are fixed numbers or sizes the op is given; none of them
 # computes a size (a sum, a product, a floor division) from a dynamic one
 PASSING_SIZES_OPS = frozenset({
@@ -60,8 +65,6 @@ class PointShapes:
     expression's value at them (memoised: a layer repeats its expressions)."""
 
     def __init__(self, hints: dict):
-        import sympy
-
         ordered = sorted(hints, key=lambda s: s.name)
         self.points = [{s: sympy.Integer(int(hints[s]) + a + b * i)
                         for i, s in enumerate(ordered)} for a, b in _OFFSETS]
@@ -82,8 +85,6 @@ class PointShapes:
     def out_shapes(self, schema, inputs: list):
         """Output shapes as :meth:`SymbolicShapes.out_shapes` gives them, or None when this
         op is not one of :data:`PASSING_SIZES_OPS` or its sizes do not show as above."""
-        import torch
-
         ns, name = schema.name.split("::", 1)
         if ns != "aten" or name not in PASSING_SIZES_OPS:
             return None
@@ -129,10 +130,6 @@ class PointShapes:
 
     def _joined(self, inputs: list, given: dict) -> None:
         """``cat``'s output size along its axis: the sum of its inputs' sizes there."""
-        import sympy
-
-        from t2n.walk.builder import Tensor
-
         tensors, dim = inputs[0], inputs[1] if len(inputs) > 1 else 0
         if not isinstance(dim, int) or not all(isinstance(t, Tensor) and t.shape
                                                for t in tensors):
@@ -147,10 +144,6 @@ class PointShapes:
     def _at(self, x, k: int, given: dict | None):
         """``x`` at point ``k``: a tensor as a meta tensor of its sizes there, a size as its
         value there; ``given`` collects the dynamic sizes met (at the first point)."""
-        import torch
-
-        from t2n.walk.builder import Tensor, _is_sym
-
         if isinstance(x, Tensor):
             if x.is_const and x.static_shape() is not None:
                 return torch.empty(x.value.shape, dtype=x.value.dtype, device="meta")
@@ -167,8 +160,6 @@ class PointShapes:
         return x
 
     def _size(self, d, k: int, given: dict | None) -> int:
-        from t2n.walk.builder import _is_sym
-
         if not _is_sym(d):
             return int(d)
         values = self.values(d)
