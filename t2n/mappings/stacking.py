@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 import torch
 
-from t2n.mappings.helpers.indexing import gather_const, static_numel, static_size
+from t2n.mappings.helpers.indexing import gather_const, slice_bounds, static_numel, static_size
 from t2n.walk.registry import aten
 
 
@@ -66,31 +66,53 @@ def combinations(g, self, r=2, with_replacement=False):
 
 
 # ---------------------------------------------------------------------------- splits
-def _split_at(g, x, axis, bounds):
-    outs = []
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        outs.append(g.slice(x, axis, a, b))
-    return outs
-
-
 @aten("tensor_split")
 def tensor_split(g, self, indices_or_sections, dim=0):
+    """``k`` sections (the first ``n % k`` one longer) or pieces between split points.
+    Each piece is PyTorch's ``self[p[i-1]:p[i]]`` along ``dim``: a point counts from the
+    end when negative and is clamped to the axis, and a point before its predecessor gives
+    an empty piece (the next piece still starts at that point). Sizes and points may be
+    symbolic: a dynamic axis split at ``S - 1`` (hybrid LLMs keep the last positions
+    apart), or ``k`` sections of ``S`` (bounds ``i*floor(S/k) + min(i, S mod k)``)."""
     axis = dim % self.rank
-    n = static_size(g, self.shape[axis], "tensor_split")
+    n = self.shape[axis]
     ios = indices_or_sections
     if hasattr(ios, "rank"):
         if not ios.is_const:
-            raise g.error("split points given as a runtime tensor")
+            raise g.error("indices_or_sections: split points given as a runtime tensor")
         ios = ios.value.tolist()
+        ios = ios if isinstance(ios, list) else int(ios)
     if isinstance(ios, int):
-        q, r = divmod(n, ios)
-        sizes = [q + 1] * r + [q] * (ios - r)
+        if ios < 1:
+            raise g.error(f"sections: must be at least 1 (got {ios})")
+        return [g.slice(self, axis, a, b) for a, b in _section_bounds(n, ios)]
+    starts = [0] + list(ios)
+    ends = list(ios) + [None]
+    return [g.slice(self, axis, *_piece_bounds(n, a, b)) for a, b in zip(starts, ends)]
+
+
+def _section_bounds(n, k):
+    """``(begin, end)`` of ``k`` sections of an axis of size ``n`` (int or symbolic)."""
+    if isinstance(n, int):
+        q, r = divmod(n, k)
+        sizes = [q + 1] * r + [q] * (k - r)
         bounds = [0] + list(itertools.accumulate(sizes))
     else:
-        pts = [min(max(p if p >= 0 else p + n, 0), n) for p in ios]
-        bounds = [0] + pts + [n]
-        bounds = [bounds[0]] + [max(b, a) for a, b in zip(bounds[:-1], bounds[1:])]
-    return _split_at(g, self, axis, bounds)
+        import sympy
+
+        q = sympy.floor(n / k)
+        r = n - k * q
+        bounds = [0] + [i * q + sympy.Min(i, r) for i in range(1, k)] + [n]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _piece_bounds(n, start, end):
+    """``self[start:end]``'s normalised bounds, with PyTorch's slice clamping; a start
+    after the end gives the empty piece ``[start, start)``."""
+    begin, stop = slice_bounds(n, start, end)
+    if isinstance(begin, int) and isinstance(stop, int) and stop < begin:
+        stop = begin
+    return begin, stop
 
 
 def _dsplit(g, self, sections, axis):
