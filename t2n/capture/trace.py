@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from t2n.capture.autograd_inline import inline_autograd_functions
+from t2n.capture.constant_writes import KeepValuesBeforeWrites, written_constants
 from t2n.errors import ModelLoadError, T2NError, TraceError, UsageError
 from t2n.capture.model_mode import eval_mode
 from t2n.capture.script_types import complete_types
@@ -110,6 +111,37 @@ def capture(model, args, binding=None) -> Captured:
         binding = model_io.bind(model, args, None)
     args = binding.tensors
     collected: list[str] = []
+    traced, adapter, script_names = _trace(model, binding, args, collected)
+    graph = _graph_of(traced)
+    if adapter is not None and written_constants(graph):
+        # the model writes into a tensor the trace holds as a constant: trace again, with
+        # each such constant copied before the write (t2n.capture.constant_writes)
+        collected.clear()
+        with KeepValuesBeforeWrites():
+            traced, adapter, script_names = _trace(model, binding, args, collected)
+        graph = _graph_of(traced)
+    root = traced if isinstance(traced, torch.jit.ScriptModule) else None
+    torch._C._jit_pass_dce(graph)
+    if root is not None:
+        complete_types(graph, root, args)  # a loaded or scripted module has no types
+    for msg in collected:
+        if "might cause the trace to be incorrect" in msg or "Converting a tensor to" in msg:
+            warnings.warn(SpecialisedTraceWarning(
+                "data-dependent control flow or a tensor read as a Python value: the export "
+                f"reproduces the traced path only ({msg.split('.')[0]})"), stacklevel=3)
+    n_inputs = len(list(graph.inputs())) - (1 if root is not None else 0)
+    if adapter is not None:
+        if not adapter.output_names:
+            raise TraceError("the model returned no tensor")
+        return Captured(graph, root, n_inputs, collected, adapter.output_names,
+                        model_io.Adapter.PREFIX)
+    return Captured(graph, root, n_inputs, collected, script_names)
+
+
+def _trace(model, binding, args, collected: list):
+    """``(traced, adapter, script_names)``: ``model`` traced once on ``args``."""
+    from t2n.capture import model_io
+
     adapter = None
     script_names = None
     # a ScriptModule is traced in the mode it has
@@ -137,27 +169,13 @@ def capture(model, args, binding=None) -> Captured:
                             "must be tensors, or tuples, lists or dicts of tensors)"]
                 raise TraceError("the model failed while being traced on the example inputs: "
                                  f"{type(e).__name__}: {text[0] if text else ''}") from e
+    return traced, adapter, script_names
+
+
+def _graph_of(traced):
     if isinstance(traced, torch.jit.ScriptModule):
-        graph = traced.inlined_graph if hasattr(traced, "inlined_graph") else traced.graph
-        root = traced
-    else:
-        graph = traced.graph
-        root = None
-    torch._C._jit_pass_dce(graph)
-    if root is not None:
-        complete_types(graph, root, args)  # a loaded or scripted module has no types
-    for msg in collected:
-        if "might cause the trace to be incorrect" in msg or "Converting a tensor to" in msg:
-            warnings.warn(SpecialisedTraceWarning(
-                "data-dependent control flow or a tensor read as a Python value: the export "
-                f"reproduces the traced path only ({msg.split('.')[0]})"), stacklevel=3)
-    n_inputs = len(list(graph.inputs())) - (1 if root is not None else 0)
-    if adapter is not None:
-        if not adapter.output_names:
-            raise TraceError("the model returned no tensor")
-        return Captured(graph, root, n_inputs, collected, adapter.output_names,
-                        model_io.Adapter.PREFIX)
-    return Captured(graph, root, n_inputs, collected, script_names)
+        return traced.inlined_graph if hasattr(traced, "inlined_graph") else traced.graph
+    return traced.graph
 
 
 def trace_graph(model, binding, tensors):
@@ -167,12 +185,18 @@ def trace_graph(model, binding, tensors):
     from t2n.capture import model_io
 
     binding = model_io.Binding(tuple(tensors), binding.names, binding.n_positional)
-    with eval_mode(model), torch.no_grad(), warnings.catch_warnings(), \
-            _mha_fastpath_off(), inline_autograd_functions():
-        warnings.simplefilter("ignore")
-        traced = torch.jit.trace(model_io.Adapter(model, binding), binding.tensors,
-                                 check_trace=False, strict=False)
-    graph = traced.inlined_graph
+
+    def traced_graph():
+        with eval_mode(model), torch.no_grad(), warnings.catch_warnings(), \
+                _mha_fastpath_off(), inline_autograd_functions():
+            warnings.simplefilter("ignore")
+            return torch.jit.trace(model_io.Adapter(model, binding), binding.tensors,
+                                   check_trace=False, strict=False).inlined_graph
+
+    graph = traced_graph()
+    if written_constants(graph):  # traced as capture() traces it
+        with KeepValuesBeforeWrites():
+            graph = traced_graph()
     torch._C._jit_pass_dce(graph)
     return graph
 

@@ -33,6 +33,7 @@ from t2n.walk.torchscript import (_has_symbols, _is_number, _is_symbolic, _py,
                                   scalar_type, source_location)
 from t2n.walk.torchscript import _T2N_DIR, _TORCH_DIR  # noqa: F401  (kept importable from here)
 from t2n.walk.views import ViewWrites
+from t2n.capture.constant_writes import written_constants
 from t2n.stopwatch import timed
 
 
@@ -65,6 +66,7 @@ class Walker(ViewWrites, WalkerCore):
         self.list_views: dict = {}  # list value of split/chunk/unbind -> (source, [links])
         self.version: dict = {}  # base value -> mutation count
         self._schemas: dict[str, object] = {}
+        self._written: set[int] = set()  # the unique ids of constants the graph writes
 
     # ------------------------------------------------------------------ entry point
     @timed("walk")
@@ -76,6 +78,9 @@ class Walker(ViewWrites, WalkerCore):
         for v, t in zip(ts_inputs, inputs):
             self.env[v] = t
         self.symbolic = _symbolic_shapes(ts_inputs, inputs)
+        # constants the graph writes in place (through views too): folding writes into a
+        # copy of each, so its views see the writes as eager's did (t2n.walk.folding)
+        self._written = {n.output().unique() for n in written_constants(ts_graph)}
         for node in ts_graph.nodes():
             self._visit(node)
         outs = [self._get(v) for v in ts_graph.outputs()]
@@ -118,7 +123,11 @@ class Walker(ViewWrites, WalkerCore):
             out = node.output()
             if out.type().kind() == "NoneType":
                 return [None]
-            return [out.toIValue()]
+            value = out.toIValue()
+            if out.unique() in self._written:
+                value = value.clone()
+                self.folded.note([], [value])
+            return [value]
         if name == "GetAttr":
             obj = inputs[0]
             attr = node.s("name")
