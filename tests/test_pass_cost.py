@@ -185,3 +185,19 @@ def test_scripted_graph_that_sets_attributes_is_still_run():
     reads = [n.output() for n in graph.nodes() if n.kind() == "prim::GetAttr"
              and n.s("name") == "state"]
     assert [r.type().sizes() for r in reads] == [[2], [5]], [r.type() for r in reads]
+
+
+def test_a_float32_scale_folds_without_float64_and_gives_the_same_bits():
+    """float32 weights times float32-exact factors (norm scales) take float32's own product:
+    bit for bit the rounded float64 product, on contiguous and transposed weights; a factor
+    that float32 cannot hold (a batch norm's 1/sqrt(var + eps)) keeps the float64 blocks."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(300, 257, generator=g) * 10
+    exact = (torch.rand(257, generator=g) + 0.5).double()  # float32 numbers
+    inexact = 1 / torch.sqrt(torch.rand(257, generator=g, dtype=torch.float64) + 1e-5)
+    for weight in (w, w.t().contiguous().t()):
+        for factor in (exact, inexact):
+            got = rewrite.scaled_weight(weight, factor)
+            want = (weight.double() * factor).to(torch.float32)
+            assert got.is_contiguous() and torch.equal(got.view(torch.int32),
+                                                       want.contiguous().view(torch.int32))

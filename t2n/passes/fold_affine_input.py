@@ -26,7 +26,8 @@ import torch
 from t2n.walk.builder import Graph, Op, Tensor
 from t2n.passes import GraphPass
 from t2n.passes.rewrite import (Index, may_fold_weights, rewrite_until_stable, channel_vector,
-                                derived, enabled, float64, compressing, read_elsewhere)
+                                derived, enabled, float64, compressing, read_elsewhere,
+                                scaled_weight)
 
 
 def run(g: Graph, session) -> None:
@@ -105,18 +106,21 @@ def _fold(g: Graph, index: Index, op: Op, compressed: bool) -> bool:
         if layer is None or read_elsewhere(g, index, layer[0]):
             return False
         layers.append((user, *layer))
+    shifted = bool((shift != 0).any())
     for user, w, tb in layers:
-        wv = float64(w.value)
-        if tb:  # W [.., out, in]
-            new_w = wv * scale.reshape([1] * (wv.dim() - 1) + [-1])
-            delta = wv.reshape(wv.shape[-2:]) @ shift
-        else:  # W [.., in, out]
-            new_w = wv * scale.reshape([1] * (wv.dim() - 2) + [-1, 1])
-            delta = shift @ wv.reshape(wv.shape[-2:])
+        dim = w.value.dim()
+        # W [.., out, in] when transposed, else [.., in, out]: the scale runs along "in"
+        factor = scale.reshape([1] * (dim - 1) + [-1]) if tb else \
+            scale.reshape([1] * (dim - 2) + [-1, 1])
+        new_w = scaled_weight(w.value, factor)
         index.set_arg(user, 0, y)
-        index.set_arg(user, 1, derived(g, w, new_w.to(w.dtype), scaled=True))
-        if bool((delta != 0).any()):
-            _add_to_bias(g, index, user, delta)
+        index.set_arg(user, 1, derived(g, w, new_w, scaled=True, owned=True))
+        if shifted:  # a float64 copy of the weight only where a shift needs W @ b
+            wv = float64(w.value).reshape(w.value.shape[-2:])
+            delta = wv @ shift if tb else shift @ wv
+            del wv
+            if bool((delta != 0).any()):
+                _add_to_bias(g, index, user, delta)
     index.remove(ops)
     return True
 

@@ -368,6 +368,14 @@ def scaled_weight(v: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     whole weight (GPT-2's attention projections: 14 MB each)."""
     factor = factor.reshape([1] * (v.dim() - factor.dim()) + list(factor.shape))
     out = torch.empty(v.shape, dtype=v.dtype)
+    if v.dtype == torch.float32:
+        narrow = factor.to(torch.float32)
+        if torch.equal(narrow.to(torch.float64), factor):
+            # both factors are float32 numbers: their product is exact in float64, so
+            # rounding it once is what float32's own (correctly rounded) product gives,
+            # bit for bit, with no float64 copy (a norm scale folded into a head); written
+            # straight into the contiguous result, whatever v's layout
+            return torch.mul(v, narrow, out=out)
     axis = next((a for a, d in enumerate(v.shape) if d > 1), None)
     if axis is None or v.numel() <= SCALE_BLOCK:
         return out.copy_((float64(v) * factor).to(v.dtype))
