@@ -12,7 +12,7 @@ from __future__ import annotations
 
 # the one place the version is written besides pyproject.toml (tests/test_cli.py pins the
 # two equal); `t2n --version` prints it
-__version__ = "0.8.0"
+__version__ = "0.8.1"
 
 _LAZY = {
     "export": ("t2n.api", "export"),
