@@ -29,6 +29,7 @@ from t2n.check.verify import check_archive_sets, start_engine, verify
 from t2n.errors import ConversionError, UsageError
 from t2n.result import ExportResult, TensorInfo
 from t2n.session import open_session
+from t2n.heap import young_collections_only
 from t2n.stopwatch import phase, timed_export
 from t2n.walk.builder import Graph, safe_identifier
 
@@ -36,6 +37,7 @@ __all__ = ["export", "export_graph", "check_archive", "ExportResult", "TensorInf
 
 
 @timed_export
+@young_collections_only  # t2n.heap: collections skip the heap the export found
 def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None,
            check: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
            weights: str = "f32", streaming: str | None = None, pulse: int | None = None,

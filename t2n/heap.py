@@ -14,6 +14,7 @@ does), so it never undoes a caller's choice.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 
 
@@ -28,3 +29,12 @@ def collect_young_only():
         yield
     finally:
         gc.unfreeze()
+
+
+def young_collections_only(fn):
+    """Decorate ``fn`` (``t2n.export``) to run within :func:`collect_young_only`."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with collect_young_only():
+            return fn(*args, **kwargs)
+    return call

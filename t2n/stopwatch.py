@@ -71,15 +71,12 @@ def timed(name: str):
 
 
 def timed_export(fn):
-    """Decorate ``t2n.export``: a fresh stopwatch per call, its figures on the result; the
-    garbage collector skips the heap that existed before the call (:mod:`t2n.heap`)."""
+    """Decorate ``t2n.export``: a fresh stopwatch per call, its figures on the result."""
     import functools
-
-    from t2n.heap import collect_young_only
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        with timing(Stopwatch()) as watch, collect_young_only():
+        with timing(Stopwatch()) as watch:
             result = fn(*args, **kwargs)
         result.phase_seconds = dict(watch.seconds)
         return result

@@ -8,7 +8,8 @@ constant, read after tracing, already holds the written value: the graph would a
 write twice (a token counter reads ``S`` instead of ``0``, so positions start at ``S``).
 
 :func:`written_constants` finds such constants in a traced graph (rare: most models write
-only into tensors they computed). When there are any, the model is traced again under
+only into tensors they computed). When there are any, :func:`trace_keeping_constants` traces
+the model again under
 :class:`KeepValuesBeforeWrites`, which swaps a copy into the constant just before the first
 in-place op reaches it. Untouched models are traced once and unchanged.
 """
@@ -27,7 +28,7 @@ _AUGMENTED = frozenset({
 def written_constants(graph) -> list:
     """The tensor ``prim::Constant`` nodes of ``graph`` that an in-place op writes, directly
     or through views of them."""
-    found = []
+    found = {}  # by the constant's value id: a node's Python wrapper is not unique
     for node in graph.nodes():
         kind = node.kind()
         if not kind.endswith("_") or kind.endswith("__") or node.inputsSize() == 0:
@@ -36,9 +37,21 @@ def written_constants(graph) -> list:
         if schema is None or not schema.arguments or not _writes(schema.arguments[0]):
             continue
         const = _constant_under(node.inputsAt(0).node())
-        if const is not None and all(c is not const for c in found):
-            found.append(const)
-    return found
+        if const is not None:
+            found.setdefault(const.output().unique(), const)
+    return list(found.values())
+
+
+def trace_keeping_constants(trace, graph_of):
+    """``(traced, graph)``: ``trace()`` once, and again under :class:`KeepValuesBeforeWrites`
+    when its graph writes a constant (``graph_of(traced)`` gives the graph)."""
+    traced = trace()
+    graph = graph_of(traced)
+    if written_constants(graph):
+        with KeepValuesBeforeWrites():
+            traced = trace()
+        graph = graph_of(traced)
+    return traced, graph
 
 
 class KeepValuesBeforeWrites(TorchFunctionMode):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from t2n.capture.autograd_inline import inline_autograd_functions
-from t2n.capture.constant_writes import KeepValuesBeforeWrites, written_constants
+from t2n.capture.constant_writes import trace_keeping_constants
 from t2n.errors import ModelLoadError, T2NError, TraceError, UsageError
 from t2n.capture.model_mode import eval_mode
 from t2n.capture.script_types import complete_types
@@ -111,15 +111,17 @@ def capture(model, args, binding=None) -> Captured:
         binding = model_io.bind(model, args, None)
     args = binding.tensors
     collected: list[str] = []
-    traced, adapter, script_names = _trace(model, binding, args, collected)
-    graph = _graph_of(traced)
-    if adapter is not None and written_constants(graph):
-        # the model writes into a tensor the trace holds as a constant: trace again, with
-        # each such constant copied before the write (t2n.capture.constant_writes)
-        collected.clear()
-        with KeepValuesBeforeWrites():
-            traced, adapter, script_names = _trace(model, binding, args, collected)
+
+    def trace():
+        collected.clear()  # the warnings of the trace that is kept
+        return _trace(model, binding, args, collected)
+
+    if isinstance(model, torch.jit.ScriptModule):  # its graph holds no traced constants
+        (traced, adapter, script_names) = trace()
         graph = _graph_of(traced)
+    else:  # a constant the model writes in place: t2n.capture.constant_writes
+        (traced, adapter, script_names), graph = trace_keeping_constants(
+            trace, lambda t: _graph_of(t[0]))
     root = traced if isinstance(traced, torch.jit.ScriptModule) else None
     torch._C._jit_pass_dce(graph)
     if root is not None:
@@ -193,10 +195,7 @@ def trace_graph(model, binding, tensors):
             return torch.jit.trace(model_io.Adapter(model, binding), binding.tensors,
                                    check_trace=False, strict=False).inlined_graph
 
-    graph = traced_graph()
-    if written_constants(graph):  # traced as capture() traces it
-        with KeepValuesBeforeWrites():
-            graph = traced_graph()
+    graph, _ = trace_keeping_constants(traced_graph, lambda g: g)  # as capture() traces
     torch._C._jit_pass_dce(graph)
     return graph
 

@@ -88,7 +88,8 @@ def tensor_split(g, self, indices_or_sections, dim=0):
         return [g.slice(self, axis, a, b) for a, b in _section_bounds(n, ios)]
     starts = [0] + list(ios)
     ends = list(ios) + [None]
-    return [g.slice(self, axis, *_piece_bounds(n, a, b)) for a, b in zip(starts, ends)]
+    # slice_bounds clamps as PyTorch's slice does: a start after the end gives [start, start)
+    return [g.slice(self, axis, *slice_bounds(n, a, b)) for a, b in zip(starts, ends)]
 
 
 def _section_bounds(n, k):
@@ -104,15 +105,6 @@ def _section_bounds(n, k):
         r = n - k * q
         bounds = [0] + [i * q + sympy.Min(i, r) for i in range(1, k)] + [n]
     return list(zip(bounds[:-1], bounds[1:]))
-
-
-def _piece_bounds(n, start, end):
-    """``self[start:end]``'s normalised bounds, with PyTorch's slice clamping; a start
-    after the end gives the empty piece ``[start, start)``."""
-    begin, stop = slice_bounds(n, start, end)
-    if isinstance(begin, int) and isinstance(stop, int) and stop < begin:
-        stop = begin
-    return begin, stop
 
 
 def _dsplit(g, self, sections, axis):
