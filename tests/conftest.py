@@ -140,6 +140,7 @@ def capture(request, monkeypatch):
     """Run a test through both front ends: ``assert_exports`` (and ``t2n.api.export``)
     default to this capture. Modules opt in with
     ``pytestmark = pytest.mark.usefixtures("capture")``; a test may also take ``capture``."""
+    import t2n
     import t2n.api as api
 
     original = api.export
@@ -149,6 +150,8 @@ def capture(request, monkeypatch):
         return original(*args, **kwargs)
 
     monkeypatch.setattr(api, "export", export)
+    # t2n.export too: the package keeps the function it first handed out (t2n/__init__.py)
+    monkeypatch.setattr(t2n, "export", export, raising=False)
     return request.param
 
 
