@@ -145,10 +145,35 @@ def test_chunked_linear_cross_entropy_of_another_library_namespace(tmp_path, red
                check=True)
 
 
-def test_a_dynamic_axis_of_example_size_one_is_refused_naming_it(tmp_path):
-    with pytest.raises(UsageError, match=r"x axis 0 \(B\) is 1.*size >= 2"):
-        t2n.export(torch.nn.Linear(3, 2), (torch.randn(1, 3),), str(tmp_path / "m.nnef"),
-                   capture="export", input_names=["x"], dynamic_axes={"x": {0: "B"}})
+def test_a_dynamic_axis_of_example_size_one_stays_dynamic():
+    """A batch of one is captured as any batch (torch.export alone would fix it to 1)."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(2),
+                                torch.nn.Linear(9, 2))
+    r = assert_exports(model, (torch.randn(1, 3, 5, 5),), capture="export", input_names=["x"],
+                       dynamic_axes={"x": {0: "B"}},
+                       more_args=[(torch.randn(4, 3, 5, 5),), (torch.randn(2, 3, 5, 5),)])
+    assert [str(d) for d in r.inputs[0].shape] == ["B", "3", "5", "5"]
+
+
+class _OtherPathAtOne(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] == 1:  # a path of its own at the example's size
+            return x * 2
+        return x + 1
+
+
+class _SqueezesOne(torch.nn.Module):
+    def forward(self, x):
+        return x.squeeze(0) * 2  # drops the axis at size 1 only
+
+
+@pytest.mark.parametrize("model", [_OtherPathAtOne(), _SqueezesOne()],
+                         ids=lambda m: type(m).__name__)
+def test_a_model_with_another_path_at_size_one_is_refused_naming_the_axis(model, tmp_path):
+    with pytest.raises(UsageError, match=r"dynamic axis B|x axis 0 \(B\) is 1.*size >= 2"):
+        t2n.export(model, (torch.randn(1, 3),), str(tmp_path / "m.nnef"), capture="export",
+                   input_names=["x"], dynamic_axes={"x": {0: "B"}})
+    assert not (tmp_path / "m.nnef").exists()
 
 
 @torch.jit.script_if_tracing

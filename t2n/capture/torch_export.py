@@ -24,6 +24,7 @@ from t2n.errors import T2NError, TraceError, UsageError
 from t2n.capture.inplace_ops import functionalize_simple_writes
 from t2n.capture.model_mode import eval_mode
 from t2n.capture.leaf_ops import Leaves
+from t2n.capture.small_examples import confirm_on_example, size_oblivious, small_axes
 from t2n.stopwatch import timed
 
 
@@ -192,9 +193,10 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
     with eval_mode(model), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _runs_on_the_example(model, binding)  # torch.export's fake tensors check less
+        small = small_axes(symbols, binding.tensors, input_names) if symbols else []
         try:
             flat = _Flat(model, binding)
-            with Leaves(), _quiet_torch():
+            with Leaves(), _quiet_torch(), size_oblivious(bool(small)):
                 ep = torch.export.export(
                     flat, _distinct(binding.tensors),
                     dynamic_shapes=_dynamic_shapes(len(binding.tensors), symbols)
@@ -203,6 +205,8 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
             if isinstance(e, T2NError):  # t2n's own refusal (an output it cannot take)
                 raise
             raise _export_error(e, symbols, input_names, binding.tensors) from e
+        if small:  # a size of 1 captured as any size: the program must still be the model's
+            confirm_on_example(ep, flat, _distinct(binding.tensors), small)
         frozen, ranges = _frozen_axes(ep, symbols, input_names)
         if frozen:
             raise UsageError("the model fixes dynamic axes to their example size (torch."
@@ -259,9 +263,7 @@ def _export_error(e: Exception, symbols, input_names, tensors=()) -> Exception:
     if "Constraint" in name or "specializ" in text or "Not all values of" in text:
         axes = ", ".join(f"{input_names[i]} axis {a} = {s}" for i, d in symbols.items()
                          for a, s in d.items())
-        small = [f"{input_names[i]} axis {a} ({s}) is {tensors[i].shape[a]}"
-                 for i, d in symbols.items() for a, s in d.items()
-                 if i < len(tensors) and tensors[i].shape[a] in (0, 1)]
+        small = small_axes(symbols, tensors, input_names)
         if small:  # torch.export specialises sizes 0 and 1, whatever the model does
             return UsageError("a dynamic axis has size 0 or 1 in the example inputs ("
                               + ", ".join(small) + "), which torch.export fixes: give "
