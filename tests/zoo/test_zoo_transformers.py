@@ -32,7 +32,8 @@ def test_zoo_transformers(entry):
         # transformers' own tracer warnings (mask shortcuts read as Python bools) and
         # deprecation notices are not what this test checks
         warnings.simplefilter("ignore")
-        result = assert_exports(model, args, rtol=entry.rtol, atol=entry.atol, **kwargs)
+        result = assert_exports(model, args, rtol=entry.rtol, atol=entry.atol,
+                                capture=entry.capture, **kwargs)
     assert result.outputs[0].name in ("last_hidden_state", "logits", "predicted_depth"), \
         result.outputs[0]
     for name, axes in kwargs.get("dynamic_axes", {}).items():  # the archive is dynamic
