@@ -41,13 +41,13 @@ __all__ = ["export", "export_graph", "check_archive", "ExportResult", "TensorInf
 def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None,
            check: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
            weights: str = "f32", streaming: str | None = None, pulse: int | None = None,
-           target: str = "tract", capture: str | None = "trace", dtype: str | None = None,
+           target: str = "tract", capture: str | None = None, dtype: str | None = None,
            **options) -> ExportResult:
     """Export ``model`` run on ``args`` to the NNEF archive ``f`` (docs/api.md has every
     argument and option).
 
-    ``capture`` captures the model ("trace", the default; "export"; "auto"; None: by the
-    model's kind, torch.export for an ``nn.Module``: :mod:`t2n.capture.strategies`), every
+    ``capture`` captures the model (None, the default: by the model's kind, torch.export
+    for an ``nn.Module``, :mod:`t2n.capture.strategies`; "export"; "trace"; "auto"), every
     aten op is mapped, the
     passes and the ``target`` ("tract", "khronos") shape the graph, ``weights`` ("f32",
     "f16", "q4_0") says how weights are stored and ``streaming``/``pulse`` make a
@@ -269,7 +269,7 @@ def _capture_walk(session, capture: str, binding, in_names, symbols, least, dyna
 
 
 def export_graph(model, args, *, input_names=None, output_names=None, dynamic_axes=None,
-                 streaming=None, capture: str | None = "trace", dtype: str | None = None,
+                 streaming=None, capture: str | None = None, dtype: str | None = None,
                  weights: str = "f32", **options) -> Graph:
     """The NNEF graph ``export`` would write for these arguments (after the passes).
 

@@ -213,11 +213,13 @@ class TableChoice(click.Choice):
               type=TableChoice("t2n.targets:TARGETS"),
               help="NNEF dialect: tract (tract_core ops, dynamic shapes) or khronos "
                    "(standard NNEF 1.0.5, checked with nnef-tools).")
-@click.option("--capture", default="trace", show_default=True,
+@click.option("--capture", default=None,
               type=TableChoice("t2n.capture.strategies:CHOICES"),
-              help="Front end: trace (torch.jit.trace), export (torch.export: "
-                   "data-dependent control flow is an error instead of being frozen), or "
-                   "auto (torch.export, else the trace, saying why).")
+              help="Front end: export (torch.export: data-dependent control flow is an "
+                   "error instead of being frozen), trace (torch.jit.trace), or auto "
+                   "(torch.export, else the trace, saying why). Default: torch.export for a "
+                   "Python module; a TorchScript file is read as its own graph; a model "
+                   "holding torch.ao's packed quantized weights is traced.")
 @_EXTENSION_OPTION
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")

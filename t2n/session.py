@@ -116,7 +116,7 @@ def known_options() -> frozenset[str]:
 
 
 def open_session(model, args: tuple, f, *, check=False, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
-                 weights="f32", streaming=None, pulse=None, target="tract", capture="trace",
+                 weights="f32", streaming=None, pulse=None, target="tract", capture=None,
                  dtype=None, options: dict) -> ExportSession:
     """The session of one ``export`` call, every argument checked before the capture (which
     can take minutes on a large model): a wrong choice is a UsageError now, and ``f`` must

@@ -157,16 +157,26 @@ def test_untraceable_forward_is_refused_naming_the_function(tmp_path):
     fn = type("M", (torch.nn.Module,), {"forward": lambda self, x: NeedsBackwardState.apply(x)})
     with pytest.raises(TraceError, match=r"NeedsBackwardState \(test_autograd_functions.py:\d+"
                                          r"\): its forward cannot be traced"):
-        t2n.export(fn(), (torch.randn(2, 3),), str(tmp_path / "m.nnef"))
+        t2n.export(fn(), (torch.randn(2, 3),), str(tmp_path / "m.nnef"), capture="trace")
+    assert not (tmp_path / "m.nnef").exists()
+    # torch.export runs the model first: PyTorch's own error, at the forward's line
+    with pytest.raises(TraceError, match=r"failed on the example inputs: IndexError.* at "
+                                         r"test_autograd_functions.py:\d+"):
+        t2n.export(fn(), (torch.randn(2, 3),), str(tmp_path / "m.nnef"), capture="export")
     assert not (tmp_path / "m.nnef").exists()
 
 
 def test_forward_through_numpy_is_not_silently_frozen(tmp_path):
     """A forward that leaves torch (numpy) gives the tracer a constant: t2n warns that the
-    export is specialised to the example, and the graph has no PythonOp."""
+    export is specialised to the example, and the graph has no PythonOp. torch.export
+    refuses it, naming the line and the other captures."""
     fn = type("M", (torch.nn.Module,), {"forward": lambda self, x: NumpyForward.apply(x) + x})
     with pytest.warns(UserWarning, match="data-dependent|traced path"):
-        t2n.export(fn(), (torch.randn(2, 3),), str(tmp_path / "m.nnef"))
+        t2n.export(fn(), (torch.randn(2, 3),), str(tmp_path / "m.nnef"), capture="trace")
+    with pytest.raises(TraceError, match=r"numpy.* at test_autograd_functions.py:\d+") as e:
+        t2n.export(fn(), (torch.randn(2, 3),), str(tmp_path / "n.nnef"))
+    assert any("capture='trace'" in n for n in getattr(e.value, "__notes__", [])), e.value
+    assert not (tmp_path / "n.nnef").exists()
 
 
 def test_already_traced_python_op_is_refused_with_advice(tmp_path):

@@ -1,8 +1,6 @@
-"""The capture by the model's kind (``capture=None``, meant to become the default):
-torch.export for a Python module, a ScriptModule's own graph, the trace for a model
-holding torch.ao's packed weights; the report names the capture used and why it is not
-torch.export. The default is still the trace (docs/capture.md says what the suite lacks
-under torch.export)."""
+"""The default capture, by the model's kind (``capture=None``): torch.export for a Python
+module, a ScriptModule's own graph, the trace for a model holding torch.ao's packed
+weights; the report names the capture used and why it is not torch.export."""
 
 import copy
 
@@ -80,16 +78,20 @@ def test_an_explicit_capture_is_kept():
     assert r.capture == "trace" and "capture: trace" not in r.report()
 
 
-def test_the_default_is_still_the_trace(tmp_path):
+def test_the_default_is_torch_export_for_a_python_module(tmp_path):
     from click.testing import CliRunner
 
     from t2n.cli import cli
 
     r = t2n.export(Affine(), (torch.randn(3, 8),), tmp_path / "a.nnef.tgz")
-    assert r.capture == "trace"
+    assert r.capture == "export" and "capture: export (torch.export)" in r.report()
     out = tmp_path / "m.nnef.tgz"
     res = CliRunner().invoke(cli, ["export", "cli_models:make_mlp", "-o", str(out),
                                    "--input", "x:3x8:f32", "--json"])
+    assert res.exit_code == 0, res.output
+    assert '"capture": "export"' in res.stdout
+    res = CliRunner().invoke(cli, ["export", "cli_models:make_mlp", "-o", str(out),
+                                   "--input", "x:3x8:f32", "--json", "--capture", "trace"])
     assert res.exit_code == 0, res.output
     assert '"capture": "trace"' in res.stdout
 

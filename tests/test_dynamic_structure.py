@@ -62,7 +62,7 @@ def _line(cls, marker: str) -> str:
 def test_the_trace_refuses_a_graph_that_changes_with_the_size(model, tmp_path):
     with pytest.raises(ConversionError, match="changes with the size of dynamic axis S") as e:
         t2n.export(model, (torch.randn(2, 8, 3),), tmp_path / "m.nnef.tar",
-                   input_names=["x"], dynamic_axes={"x": {0: "B", 1: "S"}})
+                   input_names=["x"], dynamic_axes={"x": {0: "B", 1: "S"}}, capture="trace")
     assert "dynamic axis S " in str(e.value)  # B alone does not change the graph
     if isinstance(model, Loop):
         assert _line(Loop, "LOOP LINE") in str(e.value)
@@ -72,10 +72,11 @@ def test_the_trace_refuses_a_graph_that_changes_with_the_size(model, tmp_path):
 
 
 def test_a_chunk_count_from_the_size_is_refused_by_the_walk_first(tmp_path):
-    """The walk's own refusal names the op and the condition (it runs before the probe)."""
+    """The walk's own refusal of the trace names the op and the condition (it runs before
+    the size probe)."""
     with pytest.raises(t2n.errors.UnsupportedOperatorsError, match=r"floor\(S/2\) == 4"):
         t2n.export(Chunk(), (torch.randn(2, 8, 3),), tmp_path / "m.nnef.tar",
-                   input_names=["x"], dynamic_axes={"x": {1: "S"}})
+                   input_names=["x"], dynamic_axes={"x": {1: "S"}}, capture="trace")
 
 
 @pytest.mark.parametrize("model", [Loop(), Branch(), Chunk(), Chunked()],
@@ -101,9 +102,11 @@ def test_a_static_axis_keeps_the_loop(capture):
                    dynamic_axes={"x": {0: "B"}}, more_args=[(torch.randn(5, 12, 3),)])
 
 
-def test_the_qwen3_next_gated_delta_net_is_refused_with_a_dynamic_length(tmp_path):
+@pytest.mark.parametrize("capture", ["trace", "export"])
+def test_the_qwen3_next_gated_delta_net_is_refused_with_a_dynamic_length(capture, tmp_path):
     """Qwen3-Next loops over chunks of 64 in Python (``range(num_chunks)``): the trace
-    at S=8 holds one chunk. The refusal names S and the loop's line in transformers."""
+    at S=8 holds one chunk. The trace's refusal names S and the loop's line in
+    transformers; torch.export's names S and the sizes it fixed the model to."""
     import sys
     import os
 
@@ -112,8 +115,14 @@ def test_the_qwen3_next_gated_delta_net_is_refused_with_a_dynamic_length(tmp_pat
 
     spec = next(m for m in MODELS if m.name == "qwen3_next")
     dyn = {"input_ids": {0: "B", 1: "S"}, "attention_mask": {0: "B", 1: "S"}}
+    if capture == "export":
+        with pytest.raises(UsageError, match="dynamic axis S: torch.export fixed the model"):
+            t2n.export(spec.build(), spec.inputs(2, 8), tmp_path / "q.nnef.tar",
+                       dynamic_axes=dyn, capture=capture)
+        return
     with pytest.raises(ConversionError, match="dynamic axis S ") as e:
-        t2n.export(spec.build(), spec.inputs(2, 8), tmp_path / "q.nnef.tar", dynamic_axes=dyn)
+        t2n.export(spec.build(), spec.inputs(2, 8), tmp_path / "q.nnef.tar", dynamic_axes=dyn,
+                   capture=capture)
     assert "modeling_qwen3_next.py:" in str(e.value)
 
 

@@ -139,17 +139,20 @@ def test_exports_share_one_tract_child_started_before_the_capture(tmp_path):
     code = f"""
 import torch
 import t2n, t2n.passes as passes
-from t2n.capture import trace
+from t2n.capture.strategies import STRATEGIES
 from t2n.check import tract_runner
 from t2n.check.load import LoadRefusedError
 import test_load_check as T
 alive = []
-capture = trace.capture
-def watching(*a, **k):
-    r = tract_runner.SHARED._runner
-    alive.append(r is not None and r._proc is not None and r._proc.poll() is None)
-    return capture(*a, **k)
-trace.capture = watching
+def watched(strategy):
+    capture = strategy.capture
+    def watching(*a, **k):
+        r = tract_runner.SHARED._runner
+        alive.append(r is not None and r._proc is not None and r._proc.poll() is None)
+        return capture(*a, **k)
+    strategy.capture = watching
+for strategy in STRATEGIES.values():
+    watched(strategy)
 x = torch.randn(1, 5, 8)
 t2n.export(T.make_readout(), (x,), {str(tmp_path / "a.nnef.tar")!r})
 pid = tract_runner.SHARED._runner._proc.pid

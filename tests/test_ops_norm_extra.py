@@ -103,14 +103,19 @@ def test_native_norms_dynamic_batch():
 
 def test_native_group_norm_of_a_traced_batch_size_is_refused(tmp_path):
     """The trace writes ``x.shape[0]`` into native_group_norm's N as the example's number:
-    the size probe sees the graph change with B and refuses it, naming the op."""
+    the size probe sees the graph change with B and refuses it, naming the op. torch.export
+    records N as the size B itself: the archive is right at every B."""
     import t2n
     from opcases import Cases
     from t2n.errors import ConversionError
+    from t2n.testing import assert_exports
 
     group = Cases({
         "group": lambda x: aten.native_group_norm(x, None, None, x.shape[0], 4, 6, 2, 1e-5),
     }).eval()
     with pytest.raises(ConversionError, match="aten::native_group_norm.*dynamic axis B"):
         t2n.export(group, (torch.randn(2, 4, 3, 2),), str(tmp_path / "g.nnef"),
-                   input_names=["x"], dynamic_axes={"x": {0: "B"}})
+                   input_names=["x"], dynamic_axes={"x": {0: "B"}}, capture="trace")
+    assert_exports(group, (torch.randn(2, 4, 3, 2),), input_names=["x"],
+                   dynamic_axes={"x": {0: "B"}}, capture="export",
+                   more_args=[(torch.randn(5, 4, 3, 2),), (torch.randn(1, 4, 3, 2),)])

@@ -117,5 +117,10 @@ def test_loop_over_data_dependent_rows_is_refused():
             out = out + x[e[0]]
         return out
 
+    from t2n.errors import TraceError
+
     with pytest.raises(UnsupportedOperatorsError, match="number of rows depends on the data"):
-        assert_exports(Fn(per_hit_row), (torch.randn(5, 3),))
+        assert_exports(Fn(per_hit_row), (torch.randn(5, 3),), capture="trace")
+    with pytest.raises(TraceError, match=r"control flow depends on tensor values.*"
+                                         r"test_ops_shape.py:\d+"):
+        assert_exports(Fn(per_hit_row), (torch.randn(5, 3),), capture="export")
