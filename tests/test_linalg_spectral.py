@@ -227,6 +227,11 @@ def test_lstsq_vector_rhs_broadcast_and_rcond(capture):
                    (_randn(3, 4, 2, seed=2), _randn(1, 4, 3, seed=3)))
     assert_exports(Fn(lambda x, y: torch.linalg.lstsq(x, y, rcond=0.5, driver="gelsd")),
                    (_low_rank(4)[0], _randn(5, 2)))
+    # the rank and singular values have self's own batch, the solution the broadcast one
+    assert_exports(Fn(lambda x, y: torch.linalg.lstsq(x, y)),
+                   (_randn(1, 5, 3, seed=4), _randn(2, 5, 2, seed=5)))
+    assert_exports(Fn(lambda x, y: torch.linalg.lstsq(x, y, driver="gelsd")),
+                   (_randn(3, 1, 2, 4, seed=6), _randn(1, 2, 2, 1, seed=7)))
 
 
 def test_lstsq_gelsy_rank_deficient_f64(capture):
