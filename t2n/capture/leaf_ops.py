@@ -15,6 +15,13 @@ unpacked form, the one ``nn.LSTM.forward`` makes) and ``torch.max_pool1d`` to th
 op of the same name and schema. Its fake kernel states the output shapes symbolically; its
 real kernel is the ATen op, so the exported program still runs as the model does. The FX
 walker maps ``t2n::lstm`` by the mapping of ``aten::lstm`` (same arguments, same order).
+
+The same mode mends one call whose shape torch.export records wrongly:
+``aten::index(x, [i, j])`` whose last index tensor is 0-d while another is not. torch's
+fake kernel (``meta_index_Tensor``, torch 2.13) keeps a CPU scalar index unbroadcast and
+takes the last index's shape as the result's (``()`` where eager gives ``i``'s), so every
+shape derived from it would be wrong; :func:`_index_args` gives such 0-d indices the shape
+``[1]``, which broadcasts to the same shape as ``()`` beside an index of rank >= 1.
 """
 
 from __future__ import annotations
@@ -101,7 +108,25 @@ class Leaves(TorchFunctionMode):
             pool = _pool_args(*args, **kwargs)
             if pool is not None:
                 return torch.ops.t2n.max_pool1d(*pool)
+        if func in _INDEX and not kwargs:
+            args = _index_args(*args)
         return func(*args, **kwargs)
+
+
+_INDEX = (torch.ops.aten.index, torch.ops.aten.index.Tensor)
+
+
+def _index_args(self, indices=None, *rest) -> tuple:
+    """``aten::index``'s arguments with each 0-d integer index tensor as shape ``[1]`` when
+    the last index is one and another index has a rank (the case torch's fake kernel gets
+    wrong; the broadcast shape, hence the result, is eager's either way)."""
+    given = [i for i in indices or () if i is not None]
+    if not given or not all(isinstance(i, torch.Tensor) for i in given) \
+            or given[-1].dim() != 0 or given[-1].dtype == torch.bool \
+            or all(i.dim() == 0 for i in given):
+        return (self, indices, *rest)
+    return (self, [i.reshape(1) if i is not None and i.dim() == 0 and i.dtype != torch.bool
+                   else i for i in indices], *rest)
 
 
 # F.max_pool1d reaches a TorchFunctionMode as itself (its own torch-function dispatch),
