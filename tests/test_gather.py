@@ -244,6 +244,47 @@ def test_index_with_runtime_bool_mask(case, capture):
     check(fn, *args, more=more, capture=capture)
 
 
+MASK_BESIDE_AN_INDEX = {
+    "constant_mask": (lambda x, i: x[torch.tensor([False, True, True]), :, i],
+                      (X, _t(3, 0)), []),
+    "runtime_mask_index_of_1": (lambda x, m, i: x[i, m], (X[:, :, 0], M4, _t(2)),
+                                [(X[:, :, 1], ~M4, _t(0)), (X[:, :, 2], NONE4, _t(1))]),
+    "aten_index_constant_mask": (
+        lambda x, i: torch.ops.aten.index(x, [None, torch.tensor([True, False, True, True]),
+                                              i]), (X, _t(4, 0, -1)), []),
+}
+
+
+@pytest.mark.parametrize("case", list(MASK_BESIDE_AN_INDEX), ids=list(MASK_BESIDE_AN_INDEX))
+def test_index_with_a_mask_beside_an_index_tensor(case, capture):
+    """A boolean mask and an integer index tensor in one indexing: the mask's true positions
+    broadcast with the index (torch.export: the mask given as its positions while it
+    captures, t2n/capture/index_calls.py)."""
+    fn, args, more = MASK_BESIDE_AN_INDEX[case]
+    check(fn, *args, more=more, capture=capture)
+
+
+class MaskedTable(torch.nn.Module):
+    """Rows of a table picked by a constant mask (buffers), their count read as a size."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("t", torch.randn(3, 4))
+        self.register_buffer("m", torch.tensor([True, False, True]))
+
+    def forward(self, x):
+        picked = x[torch.tensor([True, False, True])]
+        rows = self.t[self.m]
+        return (picked.reshape(picked.size(0) * 4, 5), x[:, :rows.size(0)] + rows.sum(),
+                rows.reshape(rows.size(0) * 4))
+
+
+def test_constant_mask_count_read_as_a_size(capture):
+    """A constant mask's count is a number at export (torch.export leaves it to the data,
+    ``u0``): written into later shapes as that number."""
+    check(MaskedTable(), X, capture=capture)
+
+
 def _reshape_to_its_own_count(x, m):
     return x[m].reshape(x[m].size(0), 3)
 

@@ -16,18 +16,20 @@ op of the same name and schema. Its fake kernel states the output shapes symboli
 real kernel is the ATen op, so the exported program still runs as the model does. The FX
 walker maps ``t2n::lstm`` by the mapping of ``aten::lstm`` (same arguments, same order).
 
-The same mode mends one call whose shape torch.export records wrongly:
-``aten::index(x, [i, j])`` whose last index tensor is 0-d while another is not. torch's
-fake kernel (``meta_index_Tensor``, torch 2.13) keeps a CPU scalar index unbroadcast and
-takes the last index's shape as the result's (``()`` where eager gives ``i``'s), so every
-shape derived from it would be wrong; :func:`_index_args` gives such 0-d indices the shape
-``[1]``, which broadcasts to the same shape as ``()`` beside an index of rank >= 1.
+The same mode routes ``narrow`` with a start tensor to ``t2n::narrow`` (aten's kernel
+reads the start with ``.item()`` inside its one node: an unbacked size no output of the
+node holds, which torch.export refuses) and ``one_hot`` without a class count to
+``t2n::one_hot`` (aten's kernel needs ``max(x) + 1`` as a Python int; the leaf's class
+axis is a size of its own that the data decides), and hands advanced-indexing calls to
+:mod:`t2n.capture.index_calls`, which rewrites those torch's fake kernel gets wrong.
 """
 
 from __future__ import annotations
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from t2n.capture import index_calls
 
 _VF = torch._C._VariableFunctions
 _ARGS = ("bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, "
@@ -82,6 +84,55 @@ _LIB.impl("max_pool1d", _max_pool1d_real, "CompositeExplicitAutograd")
 torch.library.register_fake("t2n::max_pool1d", _max_pool1d_fake, lib=_LIB)
 
 
+# narrow with a start tensor: aten's kernel reads the start with .item() inside its one
+# node, an unbacked size no output of the node holds (PendingUnbackedSymbolNotFound); the
+# result's shape needs only the length
+_LIB.define("narrow(Tensor self, int dim, Tensor start, SymInt length) -> Tensor")
+
+
+def _narrow_real(x, dim, start, length):
+    return torch.narrow(x, dim, start, length).clone()  # an op's output owns its storage
+
+
+def _narrow_fake(x, dim, start, length):
+    shape = list(x.shape)
+    shape[dim % x.dim()] = length
+    return x.new_empty(shape)
+
+
+_LIB.impl("narrow", _narrow_real, "CompositeExplicitAutograd")
+torch.library.register_fake("t2n::narrow", _narrow_fake, lib=_LIB)
+
+
+def _narrow_args(x, dim, start, length):
+    """``narrow``'s arguments when ``start`` is a tensor (the ``narrow.Tensor`` overload),
+    else None."""
+    return (x, dim, start, length) if isinstance(start, torch.Tensor) else None
+
+
+# one_hot without num_classes: aten's kernel reads max(x) + 1 with .item() and then needs
+# it as a Python int; the leaf's result has a size of its own that only the data decides
+_LIB.define("one_hot(Tensor self, int num_classes=-1) -> Tensor")
+
+
+def _one_hot_real(x, num_classes=-1):
+    return torch.nn.functional.one_hot(x, num_classes)
+
+
+def _one_hot_fake(x, num_classes=-1):
+    classes = torch.library.get_ctx().new_dynamic_size() if num_classes < 0 else num_classes
+    return x.new_empty((*x.shape, classes))
+
+
+_LIB.impl("one_hot", _one_hot_real, "CompositeExplicitAutograd")
+torch.library.register_fake("t2n::one_hot", _one_hot_fake, lib=_LIB)
+
+
+def _one_hot_args(x, num_classes=-1):
+    """``one_hot``'s arguments when the class count is left to the data, else None."""
+    return (x, num_classes) if num_classes < 0 else None
+
+
 def _pool_args(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     """``max_pool1d``'s arguments in schema order, each int list as a list (``F``'s
@@ -96,7 +147,9 @@ def _pool_args(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
 
 class Leaves(TorchFunctionMode):
     """Route the recurrent ops (their unpacked form; the packed ``data, batch_sizes``
-    form is left to torch) and ``max_pool1d`` to their ``t2n::`` leaves while active."""
+    form is left to torch), ``max_pool1d``, ``narrow`` with a start tensor and ``one_hot``
+    without a class count to their ``t2n::`` leaves while active, and advanced indexing through
+    :mod:`t2n.capture.index_calls`."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -108,25 +161,24 @@ class Leaves(TorchFunctionMode):
             pool = _pool_args(*args, **kwargs)
             if pool is not None:
                 return torch.ops.t2n.max_pool1d(*pool)
+        if func in _NARROW and isinstance(args[0] if args else None, torch.Tensor):
+            narrow = _narrow_args(*args, **kwargs)
+            if narrow is not None:
+                return torch.ops.t2n.narrow(*narrow)
+        if func is torch.nn.functional.one_hot and isinstance(args[0] if args else None,
+                                                             torch.Tensor):
+            one_hot = _one_hot_args(*args, **kwargs)
+            if one_hot is not None:
+                return torch.ops.t2n.one_hot(*one_hot)
         if func in _INDEX and not kwargs:
-            args = _index_args(*args)
+            args = index_calls.index_args(*args)
+        elif func is torch.Tensor.__getitem__ and len(args) == 2 and not kwargs:
+            args = index_calls.getitem_args(*args)
         return func(*args, **kwargs)
 
 
 _INDEX = (torch.ops.aten.index, torch.ops.aten.index.Tensor)
-
-
-def _index_args(self, indices=None, *rest) -> tuple:
-    """``aten::index``'s arguments with each 0-d integer index tensor as shape ``[1]`` when
-    the last index is one and another index has a rank (the case torch's fake kernel gets
-    wrong; the broadcast shape, hence the result, is eager's either way)."""
-    given = [i for i in indices or () if i is not None]
-    if not given or not all(isinstance(i, torch.Tensor) for i in given) \
-            or given[-1].dim() != 0 or given[-1].dtype == torch.bool \
-            or all(i.dim() == 0 for i in given):
-        return (self, indices, *rest)
-    return (self, [i.reshape(1) if i is not None and i.dim() == 0 and i.dtype != torch.bool
-                   else i for i in indices], *rest)
+_NARROW = (torch.narrow, torch.Tensor.narrow)
 
 
 # F.max_pool1d reaches a TorchFunctionMode as itself (its own torch-function dispatch),
