@@ -63,13 +63,13 @@ def _compare_run(model, path, inputs, what, rtol, atol):
         "\n".join("  " + c.line() for c in checks)
 
 
-def refuses(fn, *args, match: str):
+def refuses(fn, *args, match: str, **export_kwargs):
     """Assert the export fails with a conversion error whose message contains ``match``."""
     with pytest.raises(T2NError) as info:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with tempfile.TemporaryDirectory(prefix="t2n-gather-") as d:
-                t2n.export(Fn(fn), args, os.path.join(d, "m.nnef"))
+                t2n.export(Fn(fn), args, os.path.join(d, "m.nnef"), **export_kwargs)
     assert match in str(info.value), str(info.value)
 
 

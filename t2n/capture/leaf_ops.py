@@ -29,6 +29,13 @@ them; its real kernel is the ATen op, so the exported program still runs as the 
 The FX walker maps ``t2n::lstm`` by the mapping of ``aten::lstm`` (same arguments, same
 order), and so on. A call a leaf does not take (another device, an ``out=`` argument) is
 left to torch.
+
+The same mode routes ``narrow`` with a start tensor to ``t2n::narrow`` (aten's kernel
+reads the start with ``.item()`` inside its one node: an unbacked size no output of the
+node holds, which torch.export refuses) and ``one_hot`` without a class count to
+``t2n::one_hot`` (aten's kernel needs ``max(x) + 1`` as a Python int; the leaf's class
+axis is a size of its own that the data decides), and hands advanced-indexing calls to
+:mod:`t2n.capture.index_calls`, which rewrites those torch's fake kernel gets wrong.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ import inspect
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from t2n.capture import index_calls
 
 _VF = torch._C._VariableFunctions
 _ARGS = ("bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, "
@@ -168,6 +177,55 @@ _same_as_aten("linalg_lstsq", _lstsq_fake)
 _same_as_aten("_grouped_mm", _grouped_mm_fake)
 
 
+# narrow with a start tensor: aten's kernel reads the start with .item() inside its one
+# node, an unbacked size no output of the node holds (PendingUnbackedSymbolNotFound); the
+# result's shape needs only the length
+_LIB.define("narrow(Tensor self, int dim, Tensor start, SymInt length) -> Tensor")
+
+
+def _narrow_real(x, dim, start, length):
+    return torch.narrow(x, dim, start, length).clone()  # an op's output owns its storage
+
+
+def _narrow_fake(x, dim, start, length):
+    shape = list(x.shape)
+    shape[dim % x.dim()] = length
+    return x.new_empty(shape)
+
+
+_LIB.impl("narrow", _narrow_real, "CompositeExplicitAutograd")
+torch.library.register_fake("t2n::narrow", _narrow_fake, lib=_LIB)
+
+
+def _narrow_args(x, dim, start, length):
+    """``narrow``'s arguments when ``start`` is a tensor (the ``narrow.Tensor`` overload),
+    else None."""
+    return (x, dim, start, length) if isinstance(start, torch.Tensor) else None
+
+
+# one_hot without num_classes: aten's kernel reads max(x) + 1 with .item() and then needs
+# it as a Python int; the leaf's result has a size of its own that only the data decides
+_LIB.define("one_hot(Tensor self, int num_classes=-1) -> Tensor")
+
+
+def _one_hot_real(x, num_classes=-1):
+    return torch.nn.functional.one_hot(x, num_classes)
+
+
+def _one_hot_fake(x, num_classes=-1):
+    classes = torch.library.get_ctx().new_dynamic_size() if num_classes < 0 else num_classes
+    return x.new_empty((*x.shape, classes))
+
+
+_LIB.impl("one_hot", _one_hot_real, "CompositeExplicitAutograd")
+torch.library.register_fake("t2n::one_hot", _one_hot_fake, lib=_LIB)
+
+
+def _one_hot_args(x, num_classes=-1):
+    """``one_hot``'s arguments when the class count is left to the data, else None."""
+    return (x, num_classes) if num_classes < 0 else None
+
+
 # --------------------------------------------------------------------------- routing
 # Each route takes a torch function's call (func, args, kwargs) and returns the leaf's
 # result, or None for a call its leaf does not take (left to torch, which then raises its
@@ -260,6 +318,30 @@ def _grouped_mm(func, args, kwargs):
     return torch.ops.t2n._grouped_mm(*a.values())
 
 
+def _narrow(func, args, kwargs):
+    if not isinstance(args[0] if args else None, torch.Tensor):
+        return None
+    narrow = _narrow_args(*args, **kwargs)
+    return None if narrow is None else torch.ops.t2n.narrow(*narrow)
+
+
+def _one_hot(func, args, kwargs):
+    if not isinstance(args[0] if args else None, torch.Tensor):
+        return None
+    one_hot = _one_hot_args(*args, **kwargs)
+    return None if one_hot is None else torch.ops.t2n.one_hot(*one_hot)
+
+
+def _index(func, args, kwargs):
+    """Advanced indexing, its arguments rewritten where torch's fake kernel of
+    ``aten::index`` gets them wrong (:mod:`t2n.capture.index_calls`)."""
+    if kwargs:
+        return None
+    if func is torch.Tensor.__getitem__:
+        return func(*index_calls.getitem_args(*args)) if len(args) == 2 else None
+    return func(*index_calls.index_args(*args))
+
+
 _ISTFT = inspect.signature(_istft_signature)
 _LSTSQ = inspect.signature(_lstsq_signature)
 _GROUPED_MM = inspect.signature(_grouped_mm_signature)
@@ -274,13 +356,19 @@ _ROUTES = {
     _VF.istft: _istft, torch.Tensor.istft: _istft,
     torch.linalg.lstsq: _lstsq,
     _VF._grouped_mm: _grouped_mm,
+    torch.narrow: _narrow, torch.Tensor.narrow: _narrow,
+    torch.nn.functional.one_hot: _one_hot,
+    **{f: _index for f in (torch.ops.aten.index, torch.ops.aten.index.Tensor,
+                           torch.Tensor.__getitem__)},
 }
 
 
 class Leaves(TorchFunctionMode):
     """Route the calls of :data:`_ROUTES` to their ``t2n::`` leaves while active: the
     recurrent ops (their unpacked form; the packed ``data, batch_sizes`` form is left to
-    torch), ``max_pool1d``, ``istft``, ``linalg.lstsq`` and ``_grouped_mm``."""
+    torch), ``max_pool1d``, ``istft``, ``linalg.lstsq``, ``_grouped_mm``, ``narrow`` with a
+    start tensor and ``one_hot`` without a class count; advanced indexing goes through
+    :mod:`t2n.capture.index_calls`."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -21,7 +21,7 @@ import re
 import torch
 
 from t2n import dtypes
-from t2n.walk.builder import Graph, Tensor
+from t2n.walk.builder import DATA_DEPENDENT_PREFIX, Graph, Tensor
 from t2n.errors import ConversionError
 from t2n.capture.torch_export import PREFIX
 from t2n.stopwatch import timed
@@ -133,12 +133,17 @@ class FxWalker(WalkerCore):
         return a
 
     def _sym(self, d):
-        """A size of export's ShapeEnv as a t2n dim: an int or an expression of t2n symbols."""
+        """A size of export's ShapeEnv as a t2n dim: an int or an expression of t2n symbols.
+        A size the data decides (export's unbacked ``u0``: a boolean mask's count, an
+        ``.item()``) becomes a data-dependent t2n symbol (:func:`_unbacked_renamed`), as the
+        trace path names it: a mapping keeps it out of shape attributes, and the writer
+        refuses it there by name rather than write a symbol tract would leave unbound."""
         if isinstance(d, torch.SymInt):
             expr = d.node.expr
             if expr.is_number:
                 return int(expr)
-            return _to_t2n(expr.xreplace(self._sym_map))
+            expr = _to_t2n(_unbacked_renamed(expr.xreplace(self._sym_map)))
+            return int(expr) if expr.is_number else expr
         return int(d)
 
     # ------------------------------------------------------------------ nodes
@@ -252,6 +257,24 @@ class FxWalker(WalkerCore):
         call.number_dtypes = [_python_dtype(v) for v in call.values]
         _quantized_outs(call)
 
+    def _after_mapping(self, call, results: list) -> None:
+        """A size export leaves to the data (an unbacked ``u0``) that the mapping knows as
+        a number (a constant mask's count) is that number in every later shape: the
+        conformed result kept it (:func:`t2n.walk.core.conform`)."""
+        import sympy
+        from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+        for r, v in zip(results, _as_tuple(call.node.meta.get("val"))):
+            if not isinstance(r, (Tensor, torch.Tensor)) or not isinstance(v, torch.Tensor) \
+                    or len(r.shape) != v.dim():
+                continue
+            for d, s in zip(r.shape, v.shape):
+                if isinstance(d, int) and isinstance(s, torch.SymInt) and s.node.expr.is_symbol \
+                        and free_unbacked_symbols(s.node.expr):
+                    self._sym_map.setdefault(s.node.expr, sympy.Integer(d))
+
+    _after_fold = _after_mapping  # an op folded on constants: its sizes are numbers
+
     def _argument(self, arg, value, user_mapping: bool):
         return self.g.computed(value) if isinstance(value, torch.dtype) else value
 
@@ -337,6 +360,20 @@ def _py_call(fn, args):
     if name in ("sym_int",):
         return args[0] if _is_symbolic(args[0]) else int(args[0])
     return (_PY_FUNCS.get(fn) or fn)(*args)
+
+
+def _unbacked_renamed(expr):
+    """``expr`` with export's unbacked symbols (``u0``, sizes only the data decides)
+    renamed ``t2n_data_u0``: the walker core, mappings and the writer know them by that
+    prefix (:data:`t2n.walk.tensors.DATA_DEPENDENT_PREFIX`)."""
+    import sympy
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    unbacked = free_unbacked_symbols(expr)
+    if not unbacked:
+        return expr
+    return expr.xreplace({u: sympy.Symbol(DATA_DEPENDENT_PREFIX + u.name, integer=True)
+                          for u in unbacked})
 
 
 def _to_t2n(expr):
