@@ -26,12 +26,13 @@ from t2n.errors import ConversionError
 from t2n.capture.torch_export import PREFIX
 from t2n.stopwatch import timed
 from t2n.walk.core import POISON, OpCall, Out, WalkerCore, _flat
-from t2n.walk.torchscript import _T2N_DIR, _TORCH_DIR, _Unsupported, _is_number, _is_symbolic
+from t2n.walk.torchscript import (_T2N_DIR, _TORCH_DIR, _Unsupported, _is_number, _is_symbolic,
+                                  size_remainder)
 
 # Python-level functions export records for size arithmetic
 _PY_FUNCS = {
     operator.add: operator.add, operator.sub: operator.sub, operator.mul: operator.mul,
-    operator.floordiv: operator.floordiv, operator.mod: operator.mod,
+    operator.floordiv: operator.floordiv, operator.mod: size_remainder,
     operator.truediv: operator.truediv, operator.neg: operator.neg, operator.pow: operator.pow,
     operator.eq: operator.eq, operator.ne: operator.ne, operator.lt: operator.lt,
     operator.le: operator.le, operator.gt: operator.gt, operator.ge: operator.ge,
