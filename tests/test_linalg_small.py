@@ -36,10 +36,11 @@ def _spd(*shape, dtype=torch.float32, seed=1):
 
 # exact in binary floating point: LAPACK and the lowering eliminate to the same exact zeros.
 # SINGULAR's multipliers are powers of two whether A or A^T is factored: torch's det,
-# slogdet and logdet factor A^T for a row-major A (no copy), and MKL's AVX-512 getrf fuses
-# multiply-adds on some buffer alignments but not others, so a matrix with a multiplier of
-# 1/3 in A^T ([[2, 4, 6], [1, 2, 3], [4, 1, 1]]) gave torch det 0 or 1.25e-6 from one process
-# to the next (a fused 1 - (1/3 * 3) is not 0): sign and log|det| then differ by 1 and inf.
+# slogdet and logdet factor A^T for a row-major A (no copy), and whether MKL's getrf fuses
+# its multiply-adds depends on the CPU path it takes, so a matrix with a multiplier of 1/3 in
+# A^T ([[2, 4, 6], [1, 2, 3], [4, 1, 1]]) has torch det 1.25e-6 on an AVX-512 machine and 0
+# with MKL_CBWR=COMPATIBLE (a fused 1 - (1/3 * 3) is not 0): sign and log|det| then differ
+# by 1 and inf from tract's exact elimination, whichever capture.
 SINGULAR = torch.tensor([[8., -1., -4.], [-2., 1., -2.], [3., 0., -3.]])  # U[2, 2] == 0
 ZERO_COL = torch.tensor([[0., 1.], [0., 2.]])  # first pivot 0: column left unscaled
 TIES = torch.tensor([[1., 2., 0.], [-1., 5., 1.], [1., -3., 2.]])  # |1| ties: no swap
