@@ -26,12 +26,13 @@ from t2n.errors import ConversionError
 from t2n.capture.torch_export import PREFIX
 from t2n.stopwatch import timed
 from t2n.walk.core import POISON, OpCall, Out, WalkerCore, _flat
-from t2n.walk.torchscript import _T2N_DIR, _TORCH_DIR, _Unsupported, _is_number, _is_symbolic
+from t2n.walk.torchscript import (_T2N_DIR, _TORCH_DIR, _Unsupported, _is_number, _is_symbolic,
+                                  size_remainder)
 
 # Python-level functions export records for size arithmetic
 _PY_FUNCS = {
     operator.add: operator.add, operator.sub: operator.sub, operator.mul: operator.mul,
-    operator.floordiv: operator.floordiv, operator.mod: operator.mod,
+    operator.floordiv: operator.floordiv, operator.mod: size_remainder,
     operator.truediv: operator.truediv, operator.neg: operator.neg, operator.pow: operator.pow,
     operator.eq: operator.eq, operator.ne: operator.ne, operator.lt: operator.lt,
     operator.le: operator.le, operator.gt: operator.gt, operator.ge: operator.ge,
@@ -70,6 +71,8 @@ class FxWalker(WalkerCore):
         self.env: dict = {}
         self._sym_map: dict = {}
         self.output_names: list[str] | None = None  # ModelOutput fields, cache tensors ...
+        self._detached: dict = {}  # id of a lifted tensor -> its one detached value
+        self._names: dict | None = None
 
     # ------------------------------------------------------------------ entry point
     @timed("walk")
@@ -105,13 +108,23 @@ class FxWalker(WalkerCore):
             value = self.ep.constants[spec.target]
         else:
             raise ConversionError("placeholder", f"{spec.kind.name} inputs are not supported")
-        value = value.detach()
+        original, value = value, self._detached.setdefault(id(value), value.detach())
         if spec.kind == InputKind.CONSTANT_TENSOR and node.users and all(
                 u.target is torch.ops.aten.lift_fresh_copy.default for u in node.users):
             return value  # a torch.tensor(...) of forward: a constant, as the trace's
-        label = spec.target.removeprefix(PREFIX)  # the user's own state_dict name
+        # the user's own state_dict name; of a tensor held under several (an embedding table
+        # tied to the head), the first, as the trace names it: export lifts each name
+        label = self._first_names().get(id(original), spec.target).removeprefix(PREFIX)
         self._label(value, label)
         return value
+
+    def _first_names(self) -> dict:
+        """id of each state_dict tensor -> its first name in state_dict order."""
+        if self._names is None:
+            self._names = {}
+            for name, t in list(self.ep.state_dict.items()) + list(self.ep.constants.items()):
+                self._names.setdefault(id(t), name)
+        return self._names
 
     def _user_outputs(self, node) -> list:
         from torch.export.graph_signature import OutputKind
