@@ -137,21 +137,23 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(params=["trace", "export"])
 def capture(request, monkeypatch):
-    """Run a test through both front ends: ``assert_exports`` (and ``t2n.api.export``)
-    default to this capture. Modules opt in with
-    ``pytestmark = pytest.mark.usefixtures("capture")``; a test may also take ``capture``."""
+    """Run a test through both front ends: ``assert_exports``, ``t2n.export`` and
+    ``export_graph`` (as ``t2n.api``'s or the package's names) default to this capture.
+    Modules opt in with ``pytestmark = pytest.mark.usefixtures("capture")``; a test may also
+    take ``capture``."""
     import t2n
     import t2n.api as api
 
-    original = api.export
+    def defaulting(fn):
+        def call(*args, **kwargs):
+            kwargs.setdefault("capture", request.param)
+            return fn(*args, **kwargs)
+        return call
 
-    def export(*args, **kwargs):
-        kwargs.setdefault("capture", request.param)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(api, "export", export)
-    # t2n.export too: the package keeps the function it first handed out (t2n/__init__.py)
-    monkeypatch.setattr(t2n, "export", export, raising=False)
+    for name in ("export", "export_graph"):
+        wrapped = defaulting(getattr(api, name))
+        monkeypatch.setattr(api, name, wrapped)
+        monkeypatch.setattr(t2n, name, wrapped, raising=False)
     return request.param
 
 

@@ -55,6 +55,22 @@ def test_data_dependent_control_flow_is_an_error_naming_the_line(tmp_path):
         t2n.export(Python(), (torch.randn(3),), str(tmp_path / "m.nnef"), capture="export")
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_size_read_from_a_tensor_is_no_frozen_axis(tmp_path, dynamic):
+    """A tensor's value used as a size torch.export cannot keep symbolic (``int(n)`` in a
+    ``repeat``): the error says the size depends on tensor values, names the line and the
+    other captures; it names no dynamic axis, whether the model has one or not."""
+    m = FunctionModule(lambda x, n: x.repeat(int(n), 1))
+    axes = {"x": {1: "F"}} if dynamic else None
+    with pytest.raises(TraceError) as info:
+        t2n.export(m, (torch.randn(4, 3), torch.tensor(2)), str(tmp_path / "m.nnef"),
+                   capture="export", input_names=["x", "n"], dynamic_axes=axes)
+    text = str(info.value)
+    assert "a size depends on tensor values" in text and "test_capture_export.py:" in text \
+        and "capture='trace'" in " ".join(getattr(info.value, "__notes__", [])), text
+    assert "dynamic axis" not in text and "frozen" not in text, text
+
+
 def test_an_axis_the_model_fixes_is_refused(tmp_path):
     m = FunctionModule(lambda x: x.reshape(4, 3))
     with pytest.raises(UsageError, match="x axis 0"):

@@ -162,3 +162,41 @@ def test_quantize_dequantize_keeps_the_quantized_dtype(tmp_path):
     t2n.export(QuantDequant(), (x,), path, capture="export")
     for got, want in zip(run_in_tract(path, [x.numpy()]), QuantDequant()(x)):
         assert np.array_equal(got, want.numpy())
+
+
+class WholeOps(torch.nn.Module):
+    """istft over a dynamic frame count, lstsq with every output, a float32 grouped_mm:
+    ops torch.export cannot give shapes to itself, kept whole as t2n leaves."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("window", torch.hann_window(15))
+
+    def forward(self, x, a, b, rows, w, offs):
+        spec = torch.stft(x, 15, hop_length=5, window=self.window, return_complex=True)
+        return (torch.istft(spec, 15, hop_length=5, window=self.window),
+                *torch.linalg.lstsq(a, b, driver="gels"),
+                torch._grouped_mm(rows, w, offs=offs))
+
+
+def test_whole_ops_convert_as_under_the_trace(tmp_path):
+    """The export archive is the trace's, op for op (the graphs equal up to the numbering
+    of constants): istft, lstsq and grouped_mm arrive whole, as the trace records them."""
+    import re
+    import tarfile
+
+    args = (torch.randn(2, 80), torch.randn(2, 5, 3), torch.randn(2, 5, 2),
+            torch.randn(6, 4), torch.randn(2, 4, 4), torch.tensor([1, 6], dtype=torch.int32))
+    axes = {"x": {1: "T"}}
+    names = ["x", "a", "b", "rows", "w", "offs"]
+    assert_exports(WholeOps(), args, input_names=names, dynamic_axes=axes,
+                       capture="export", atol=1e-4,
+                       more_args=[(torch.randn(2, 61), *args[1:])])
+    graphs = {}
+    for c in ("export", "trace"):
+        path = str(tmp_path / f"{c}.nnef.tar")
+        t2n.export(WholeOps(), args, path, input_names=names, dynamic_axes=axes, capture=c)
+        with tarfile.open(path) as tar:
+            text = tar.extractfile("graph.nnef").read().decode()
+        graphs[c] = re.sub(r"t2n_const_\d+", "C", text)
+    assert graphs["export"] == graphs["trace"]

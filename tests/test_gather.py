@@ -229,7 +229,7 @@ RUNTIME_MASKS = {
 
 
 @pytest.mark.parametrize("case", list(RUNTIME_MASKS), ids=list(RUNTIME_MASKS))
-def test_index_with_runtime_bool_mask(case):
+def test_index_with_runtime_bool_mask(case, capture):
     """x[mask] with a mask known only at run time: the result length follows the mask (other
     masks, including all-false and all-true, run on the same archive)."""
     fn, args = RUNTIME_MASKS[case]
@@ -241,12 +241,74 @@ def test_index_with_runtime_bool_mask(case):
                 (x, ~m, *rest[1:])]
     else:
         more = [(-x,), (x * 0 - 1,)]
-    check(fn, *args, more=more)
+    check(fn, *args, more=more, capture=capture)
+
+
+MASK_BESIDE_AN_INDEX = {
+    "constant_mask": (lambda x, i: x[torch.tensor([False, True, True]), :, i],
+                      (X, _t(3, 0)), []),
+    "runtime_mask_index_of_1": (lambda x, m, i: x[i, m], (X[:, :, 0], M4, _t(2)),
+                                [(X[:, :, 1], ~M4, _t(0)), (X[:, :, 2], NONE4, _t(1))]),
+    "aten_index_constant_mask": (
+        lambda x, i: torch.ops.aten.index(x, [None, torch.tensor([True, False, True, True]),
+                                              i]), (X, _t(4, 0, -1)), []),
+}
+
+
+@pytest.mark.parametrize("case", list(MASK_BESIDE_AN_INDEX), ids=list(MASK_BESIDE_AN_INDEX))
+def test_index_with_a_mask_beside_an_index_tensor(case, capture):
+    """A boolean mask and an integer index tensor in one indexing: the mask's true positions
+    broadcast with the index (torch.export: the mask given as its positions while it
+    captures, t2n/capture/index_calls.py)."""
+    fn, args, more = MASK_BESIDE_AN_INDEX[case]
+    check(fn, *args, more=more, capture=capture)
+
+
+class MaskedTable(torch.nn.Module):
+    """Rows of a table picked by a constant mask (buffers), their count read as a size."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("t", torch.randn(3, 4))
+        self.register_buffer("m", torch.tensor([True, False, True]))
+
+    def forward(self, x):
+        picked = x[torch.tensor([True, False, True])]
+        rows = self.t[self.m]
+        return (picked.reshape(picked.size(0) * 4, 5), x[:, :rows.size(0)] + rows.sum(),
+                rows.reshape(rows.size(0) * 4))
+
+
+def test_constant_mask_count_read_as_a_size(capture):
+    """A constant mask's count is a number at export (torch.export leaves it to the data,
+    ``u0``): written into later shapes as that number."""
+    check(MaskedTable(), X, capture=capture)
+
+
+def _reshape_to_its_own_count(x, m):
+    return x[m].reshape(x[m].size(0), 3)
 
 
 def test_index_with_runtime_mask_size_written_into_a_shape_is_refused():
-    refuses(lambda x, m: x[m].reshape(x[m].size(0), 3), torch.randn(4, 3), M4,
-            match="depends on tensor values")
+    """The trace records the two ``x[m]`` as two masks, each with its own count: the size
+    of one written into the shape of the other is a size tract cannot write."""
+    refuses(_reshape_to_its_own_count, torch.randn(4, 3), M4,
+            match="depends on tensor values", capture="trace")
+
+
+def test_index_with_runtime_mask_size_written_into_its_own_shape_under_export():
+    """torch.export names both counts of ``x[m]`` by one symbol: the reshape to the shape
+    the tensor has is no reshape, and the archive follows every mask count."""
+    x = torch.randn(4, 3)
+    check(_reshape_to_its_own_count, x, M4, capture="export",
+          more=[(x, NONE4), (x, ALL4), (x, ~M4)])
+
+
+def test_index_with_runtime_mask_count_in_another_shape_is_refused(capture):
+    """A mask's count written into a shape (here the flat length ``3 * count``) is a size
+    tract cannot write, whichever capture reads it."""
+    refuses(lambda x, m: x[m].reshape(x[m].size(0) * 3), torch.randn(4, 3), M4,
+            match="depends on tensor values", capture=capture)
 
 
 def test_index_with_runtime_mask_over_a_dynamic_axis_is_refused():
@@ -352,6 +414,30 @@ def test_property_index(spec):
         return torch.ops.aten.index(x, [next(it) if u else None for u in used])
 
     check(fn, x, *ids)
+
+
+LAST_INDEX_0D = {
+    "adjacent": ((3, 4), [_t(0, 2), torch.tensor(-1)]),
+    "broadcast_rank2": ((2, 3, 4), [torch.tensor(1), _t(0, 2).view(2, 1), torch.tensor(3)]),
+    "non_adjacent": ((3, 4, 5), [_t(2, 0, 1), None, torch.tensor(4)]),
+    "after_a_mask": ((4, 3), [M4, torch.tensor(1)]),
+    "size_1": ((1, 1), [_t(0), torch.tensor(0)]),
+}
+
+
+@pytest.mark.parametrize("case", list(LAST_INDEX_0D), ids=list(LAST_INDEX_0D))
+def test_index_whose_last_index_is_0d(case, capture):
+    """``aten::index`` whose last index tensor is 0-d beside one of rank >= 1: the result has
+    the broadcast index shape (torch.export's fake kernel says ``()``;
+    t2n/capture/leaf_ops.py gives the 0-d index the shape ``[1]`` while it captures)."""
+    shape, ids = LAST_INDEX_0D[case]
+    given_ids = [i for i in ids if i is not None]
+
+    def fn(x, *given):
+        it = iter(given)
+        return torch.ops.aten.index(x, [next(it) if i is not None else None for i in ids])
+
+    check(fn, torch.randn(shape), *given_ids, capture=capture)
 
 
 @PROP

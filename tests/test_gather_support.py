@@ -63,37 +63,52 @@ def _compare_run(model, path, inputs, what, rtol, atol):
         "\n".join("  " + c.line() for c in checks)
 
 
-def refuses(fn, *args, match: str):
+def refuses(fn, *args, match: str, **export_kwargs):
     """Assert the export fails with a conversion error whose message contains ``match``."""
     with pytest.raises(T2NError) as info:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with tempfile.TemporaryDirectory(prefix="t2n-gather-") as d:
-                t2n.export(Fn(fn), args, os.path.join(d, "m.nnef"))
+                t2n.export(Fn(fn), args, os.path.join(d, "m.nnef"), **export_kwargs)
     assert match in str(info.value), str(info.value)
 
 
-def test_checker_catches_a_wrong_value():
+class _Lies(torch.nn.Module):
+    """Honest until the export returns (whichever capture, however often it runs the model),
+    then ``lie`` applied to its honest output."""
+
+    def __init__(self, honest, lie):
+        super().__init__()
+        self.honest, self.lie, self.exported = honest, lie, False
+
+    def forward(self, *args):
+        out = self.honest(*args)
+        return self.lie(out) if self.exported else out
+
+
+def _lying_after_export(monkeypatch, model):
+    export = t2n.export
+
+    def then_lie(*args, **kwargs):
+        result = export(*args, **kwargs)
+        model.exported = True
+        return result
+
+    monkeypatch.setattr(t2n, "export", then_lie)
+    return model
+
+
+@pytest.mark.parametrize("capture", ["trace", "export"])
+def test_checker_catches_a_wrong_value(monkeypatch, capture):
     # index_select exported, then compared with a function that differs: must fail
-    class Lies(torch.nn.Module):
-        calls = 0
-
-        def forward(self, x, i):
-            Lies.calls += 1
-            out = torch.index_select(x, 0, i)
-            return out if Lies.calls == 1 else out + 1  # the trace sees the honest one
-
+    lies = _lying_after_export(monkeypatch, _Lies(lambda x, i: torch.index_select(x, 0, i),
+                                                  lambda out: out + 1))
     with pytest.raises(AssertionError, match="MISMATCH"):
-        check(Lies(), torch.randn(3, 2), torch.tensor([2, 0]))
+        check(lies, torch.randn(3, 2), torch.tensor([2, 0]), capture=capture)
 
 
-def test_checker_catches_a_wrong_dtype():
-    class Lies(torch.nn.Module):
-        calls = 0
-
-        def forward(self, x):
-            Lies.calls += 1
-            return x if Lies.calls == 1 else x.double()
-
+@pytest.mark.parametrize("capture", ["trace", "export"])
+def test_checker_catches_a_wrong_dtype(monkeypatch, capture):
+    lies = _lying_after_export(monkeypatch, _Lies(lambda x: x.clone(), lambda x: x.double()))
     with pytest.raises(AssertionError, match="dtype"):
-        check(Lies(), torch.randn(3))
+        check(lies, torch.randn(3), capture=capture)

@@ -1,5 +1,7 @@
 """``aten::_grouped_mm`` (the grouped product of mixture-of-experts layers) with run-time
-group offsets, every layout PyTorch accepts; and transformers' MoE blocks built on it."""
+group offsets, every layout PyTorch accepts, through both captures (torch.export keeps it
+one op, t2n::_grouped_mm: torch's meta kernel takes only CUDA's bfloat16, where the CPU
+kernel takes float32); and transformers' MoE blocks built on it."""
 
 import warnings
 
@@ -12,26 +14,27 @@ from t2n.testing import assert_exports
 G = torch._grouped_mm
 
 
-def test_rows_grouped_by_runtime_offsets():
+def test_rows_grouped_by_runtime_offsets(capture):
     x, w = torch.randn(12, 8), torch.randn(3, 8, 4)
     cases = {
         "rows": lambda x, w, o: G(x, w, offs=o),
         "rows of a transposed weight": lambda x, w, o: G(x, w.transpose(-2, -1).contiguous()
                                                          .transpose(-2, -1), offs=o),
         "rows out_dtype": lambda x, w, o: G(x, w, offs=o, out_dtype=torch.float32) * 2,
+        "F.grouped_mm": lambda x, w, o: torch.nn.functional.grouped_mm(x, w, offs=o) - 1,
     }
     for offs in ([4, 9, 12], [0, 12, 12], [5, 5, 12]):  # empty groups too
         assert_cases(cases, (x, w, torch.tensor(offs, dtype=torch.int32)))
 
 
-def test_rows_past_the_last_offset_are_not_compared():
+def test_rows_past_the_last_offset_are_not_compared(capture):
     # PyTorch leaves them uninitialised; the lowering makes them 0
     assert_cases({"head": lambda x, w, o: G(x, w, offs=o)[:7]},
                  (torch.randn(12, 8), torch.randn(2, 8, 4),
                   torch.tensor([3, 7], dtype=torch.int32)))
 
 
-def test_reduced_axis_and_columns_grouped():
+def test_reduced_axis_and_columns_grouped(capture):
     a, b = torch.randn(4, 16), torch.randn(16, 8)
     assert_cases({"k groups": lambda a, b, o: G(a, b, offs=o)},
                  (a, b, torch.tensor([4, 12, 16], dtype=torch.int32)))

@@ -11,7 +11,7 @@ from opcases import assert_cases, output_names
 MIN = -(2 ** 63)
 
 
-def test_integer_ops_exact():
+def test_integer_ops_exact(capture):
     x = torch.tensor([5, -5, 7, -8, 2 ** 62, -1, MIN, 0])
     s = torch.tensor([-1, 0, 1, 3, 63, 64, 70, 2])
     u8 = torch.tensor([5, 200, 255, 1, 128, 7, 0, 3], dtype=torch.uint8)

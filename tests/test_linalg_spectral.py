@@ -212,21 +212,29 @@ _LSTSQ = [(d, m, n) for d in ("gels", "gelsy", "gelsd", "gelss")
 
 
 @pytest.mark.parametrize("driver,m,n", _LSTSQ, ids=[f"{d}-{m}x{n}" for d, m, n in _LSTSQ])
-def test_lstsq(driver, m, n):
+def test_lstsq(driver, m, n, capture):
+    """Every output of every driver (residuals, rank and singular values where PyTorch
+    gives them), through both captures: torch.export keeps lstsq one op (t2n::linalg_lstsq,
+    t2n/capture/leaf_ops.py) whose output shapes are the driver's."""
     a, b = _randn(2, m, n, seed=m), _randn(2, m, 2, seed=n + 10)
     assert_exports(Fn(lambda x, y: torch.linalg.lstsq(x, y, driver=driver)), (a, b))
 
 
-def test_lstsq_vector_rhs_broadcast_and_rcond():
+def test_lstsq_vector_rhs_broadcast_and_rcond(capture):
     a = _randn(5, 3)
     assert_exports(Fn(lambda x, y: torch.linalg.lstsq(x, y, driver="gels")), (a, _randn(5)))
     assert_exports(Fn(lambda x, y: torch.linalg.lstsq(x, y)),
                    (_randn(3, 4, 2, seed=2), _randn(1, 4, 3, seed=3)))
     assert_exports(Fn(lambda x, y: torch.linalg.lstsq(x, y, rcond=0.5, driver="gelsd")),
                    (_low_rank(4)[0], _randn(5, 2)))
+    # the rank and singular values have self's own batch, the solution the broadcast one
+    assert_exports(Fn(lambda x, y: torch.linalg.lstsq(x, y)),
+                   (_randn(1, 5, 3, seed=4), _randn(2, 5, 2, seed=5)))
+    assert_exports(Fn(lambda x, y: torch.linalg.lstsq(x, y, driver="gelsd")),
+                   (_randn(3, 1, 2, 4, seed=6), _randn(1, 2, 2, 1, seed=7)))
 
 
-def test_lstsq_gelsy_rank_deficient_f64():
+def test_lstsq_gelsy_rank_deficient_f64(capture):
     """gelsy's rank detection and minimum-norm solution on exactly rank-2 matrices."""
     a = _randn(2, 6, 2, dtype=torch.float64, seed=3) @ _randn(2, 2, 4, dtype=torch.float64,
                                                                seed=4)
@@ -234,7 +242,7 @@ def test_lstsq_gelsy_rank_deficient_f64():
     assert_exports(Fn(lambda x, y: torch.linalg.lstsq(x, y)), (a, b), rtol=1e-8, atol=1e-10)
 
 
-def test_pinv_lstsq_dynamic_batch():
+def test_pinv_lstsq_dynamic_batch(capture):
     assert_exports(Fn(lambda x, y: (torch.linalg.pinv(x), torch.linalg.lstsq(x, y)[0])),
                    (_randn(2, 5, 3), _randn(2, 5, 2, seed=1)),
                    dynamic_axes={"input_0": {0: "B"}, "input_1": {0: "B"}},
@@ -242,19 +250,24 @@ def test_pinv_lstsq_dynamic_batch():
 
 
 # ---------------------------------------------------------------------------- refusals
-def _refused(fn, *args, match):
+def _refused(fn, *args, match, **kwargs):
     with pytest.raises(T2NError, match=match):
-        t2n.export(Fn(fn), args, "/tmp/unused.nnef")
+        t2n.export(Fn(fn), args, "/tmp/unused.nnef", **kwargs)
 
 
-def test_refusals():
-    _refused(torch.linalg.eigvalsh, _randn(17, 17), match="larger than 16")
-    _refused(torch.linalg.svdvals, _randn(17, 20), match="shorter side exceeds 16")
-    _refused(torch.linalg.eigh, _randn(3, 3), match="LAPACK")
-    _refused(lambda x: torch.linalg.svd(x), _randn(3, 3), match="LAPACK")
-    _refused(lambda x: torch.svd(x), _randn(3, 3), match="LAPACK")
+@pytest.mark.parametrize("capture", ["trace", "export"])
+def test_refusals(capture):
+    kw = {"capture": capture}
+    _refused(torch.linalg.eigvalsh, _randn(17, 17), match="larger than 16", **kw)
+    _refused(torch.linalg.svdvals, _randn(17, 20), match="shorter side exceeds 16", **kw)
+    _refused(torch.linalg.eigh, _randn(3, 3), match="LAPACK", **kw)
+    _refused(lambda x: torch.linalg.svd(x), _randn(3, 3), match="LAPACK", **kw)
+    _refused(lambda x: torch.svd(x), _randn(3, 3), match="LAPACK", **kw)
+    # the residuals' shape depends on the rank found at run time
     _refused(lambda x, y: torch.linalg.lstsq(x, y, driver="gelsd"), _randn(5, 3), _randn(5, 2),
-             match="full rank")
+             match="full rank", **kw)
+    _refused(lambda x, y: torch.linalg.lstsq(x, y, driver="gelss").residuals, _randn(2, 5, 3),
+             _randn(2, 5), match="full rank", **kw)
 
 
 def test_refuses_dynamic_sides():

@@ -7,6 +7,9 @@ small values), while PyTorch's f32 intermediates give the f16 answer within a fe
 
 from __future__ import annotations
 
+import copy
+
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -142,12 +145,16 @@ def _f32_route_differs(fn, args):
     assert not torch.allclose(f32, want, rtol=1e-3, atol=1e-4)
 
 
-def test_half_ordered_sums_follow_pytorch_tap_by_tap():
+def test_half_ordered_sums_follow_pytorch_tap_by_tap(capture):
     """PyTorch's Half transposed convolutions add each kernel tap's column (an f32 product
     rounded to f16) into the output in f16, tap after tap (col2im/col2vol; F.fold too), and its
     3-D adaptive average pooling sums each window in f16 in order, then divides by kT, kH,
     kW.
-    t2n reproduces both orders with one tract_core_scan over the taps (within one ulp)."""
+    t2n reproduces both orders with one tract_core_scan over the taps (within one ulp).
+
+    The transposed convolutions take that kernel only while oneDNN is off: on a CPU with
+    AVX512-FP16, torch runs them with oneDNN, in float32 rounded once (pinned by
+    test_half_conv_transpose_follows_the_kernel_torch_picks)."""
     torch.manual_seed(0)
     h = torch.float16
     cases = {  # (fn, args): dilation, stride, padding, output_padding, groups, ranks 1-3
@@ -168,15 +175,35 @@ def test_half_ordered_sums_follow_pytorch_tap_by_tap():
                                            F.adaptive_avg_pool3d(x[0], (2, None, 1))),
                                 ((torch.randn(2, 3, 9, 6, 20) * 3 + 10).to(h),)),
     }
-    for fn, args in cases.values():
-        _f32_route_differs(lambda *a: torch.cat([o.flatten() for o in (
-            fn(*a) if isinstance(fn(*a), tuple) else (fn(*a),))]), args)
-    fns, arity = [fn for fn, _ in cases.values()], [len(a) for _, a in cases.values()]
-    offsets = [sum(arity[:i]) for i in range(len(arity))]
-    assert_exports(FunctionModule(lambda *a: tuple(fn(*a[o:o + n]) for fn, o, n in zip(
-        fns, offsets, arity))), tuple(t for _, a in cases.values() for t in a),
-        rtol=1e-3, atol=1e-4)
+    with torch.backends.mkldnn.flags(enabled=False):  # torch's Half kernel on any CPU
+        for fn, args in cases.values():
+            _f32_route_differs(lambda *a: torch.cat([o.flatten() for o in (
+                fn(*a) if isinstance(fn(*a), tuple) else (fn(*a),))]), args)
+        fns, arity = [fn for fn, _ in cases.values()], [len(a) for _, a in cases.values()]
+        offsets = [sum(arity[:i]) for i in range(len(arity))]
+        assert_exports(FunctionModule(lambda *a: tuple(fn(*a[o:o + n]) for fn, o, n in zip(
+            fns, offsets, arity))), tuple(t for _, a in cases.values() for t in a),
+            rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("onednn", [False, True], ids=["onednn_off", "onednn_on"])
+def test_half_conv_transpose_follows_the_kernel_torch_picks(capture, onednn):
+    """A float16 transposed convolution rounds as the kernel torch runs for it
+    (t2n/mappings/helpers/conv_backend.py): oneDNN (picked on CPUs with AVX512-FP16 while
+    torch.backends.mkldnn is enabled) sums in float32 and rounds once, the Half kernel adds
+    its tap columns in f16; t2n asks torch which, and the numbers say the same."""
+    from t2n.mappings.helpers.conv_backend import sums_taps_in_f16
+
+    torch.manual_seed(1)
+    h = torch.float16
     deconv = torch.nn.ConvTranspose2d(4, 2, 3, stride=2, dilation=2).half().eval()
     x = (torch.randn(2, 4, 5, 5) * 2).to(h)
-    assert_exports(deconv, (x,), rtol=1e-3, atol=1e-4, input_names=["x"],
-                   dynamic_axes={"x": {0: "B"}}, more_args=[((torch.randn(3, 4, 5, 5) * 2).to(h),)])
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        ordered = sums_taps_in_f16(x.shape, deconv.weight.shape, True, [2, 2], [0, 0], [2, 2],
+                                   [0, 0], 1)
+        f32 = copy.deepcopy(deconv).float()(x.float()).half()
+        assert torch.equal(deconv(x), f32) != ordered
+        assert ordered or onednn  # without oneDNN torch always runs its Half kernel
+        assert_exports(deconv, (x,), rtol=1e-3, atol=1e-4, input_names=["x"],
+                       dynamic_axes={"x": {0: "B"}},
+                       more_args=[((torch.randn(3, 4, 5, 5) * 2).to(h),)])

@@ -60,10 +60,12 @@ def test_same_model_twice_gives_identical_bytes(tmp_path, suffix):
     assert open(c.path, "rb").read() == open(d.path, "rb").read() == data_a
 
 
-def test_archive_holds_no_host_user_path_or_time(tmp_path):
+@pytest.mark.parametrize("capture", ["trace", "export"])
+def test_archive_holds_no_host_user_path_or_time(tmp_path, capture):
     # optimize=False: the tied weight is then one tensor (folding `* scale` into fc2 would
-    # make fc2's weight a tensor of its own)
-    r = t2n.export(make_net().eval(), (X,), tmp_path / "m.nnef.tgz", optimize=False)
+    # make fc2's weight a tensor of its own); named by its first state_dict name under both
+    r = t2n.export(make_net().eval(), (X,), tmp_path / "m.nnef.tgz", optimize=False,
+                   capture=capture)
     raw = open(r.path, "rb").read()
     # gzip header: no file name flag, mtime 0
     assert raw[:2] == b"\x1f\x8b"

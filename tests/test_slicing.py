@@ -63,16 +63,31 @@ def test_slicing_family(case):
     check(fn, *args)
 
 
-def test_narrow_with_runtime_start():
+def test_narrow_with_runtime_start(capture):
     """``narrow(dim, start_tensor, length)``: the start is read at run time (dyn_slice),
-    negative counted from the end."""
+    negative counted from the end (torch.export: through t2n::narrow, whose shape needs no
+    start, t2n/capture/leaf_ops.py)."""
 
     def fn(x, s):
         return x.narrow(1, s, 3)
 
     x = torch.randn(2, 7)
-    check(fn, x, torch.tensor(2), more=[(x, torch.tensor(-4)), (x, torch.tensor(0))])
-    check(lambda x, s: x.narrow(-1, s, 0), x, torch.tensor(3))  # zero length
+    check(fn, x, torch.tensor(2), more=[(x, torch.tensor(-4)), (x, torch.tensor(0))],
+          capture=capture)
+    check(lambda x, s: torch.narrow(x, dim=-1, start=s, length=0), x, torch.tensor(3),
+          capture=capture)  # zero length, by keywords
+
+
+def test_narrow_with_runtime_start_on_a_dynamic_axis(capture):
+    """A runtime start on a dynamic axis, a length computed from its size: one archive
+    for every size and start (a negative start counted from the end at run time)."""
+
+    def fn(x, s):
+        return x.narrow(1, s, x.size(1) - 3)
+
+    x = torch.randn(2, 7)
+    check(fn, x, torch.tensor(1), dynamic_axes={"input_0": {1: "N"}}, capture=capture,
+          more=[(torch.randn(2, 10), torch.tensor(-7)), (torch.randn(2, 4), torch.tensor(0))])
 
 
 def test_slices_follow_a_dynamic_axis():

@@ -144,12 +144,13 @@ class TiedLM(torch.nn.Module):
         return self.head(self.ln_f(h))
 
 
-def test_q4_0_tied_table_and_transposed_weight_with_dynamic_axis(tmp_path):
+@pytest.mark.parametrize("capture", ["trace", "export"])
+def test_q4_0_tied_table_and_transposed_weight_with_dynamic_axis(tmp_path, capture):
     m = _model(TiedLM)
     ids = torch.randint(0, 50, (1, 7))
     path = tmp_path / "lm.nnef"
     r = t2n.export(m, (ids,), path, check=True, weights="q4_0", input_names=["ids"],
-                   dynamic_axes={"ids": {1: "S"}})
+                   dynamic_axes={"ids": {1: "S"}}, capture=capture)
     got = {c["label"]: c["use"] for c in r.extras["weights"]["compressed"]}
     assert got == {"wte.weight": "gather+matmul", "c_fc": "matmul", "proj.weight": "linear"}
     assert sorted(p for p in os.listdir(path) if p.startswith("wte")) == ["wte.weight.dat"]
@@ -158,7 +159,7 @@ def test_q4_0_tied_table_and_transposed_weight_with_dynamic_axis(tmp_path):
     from t2n.api import check_archive
     from t2n.check.compressed import rounded_copy
 
-    g = t2n.api.export_graph(m, (ids,), weights="q4_0")
+    g = t2n.api.export_graph(m, (ids,), weights="q4_0", capture=capture)
     ref = rounded_copy(m, g)
     assert ref.wte.weight.data_ptr() == ref.head.weight.data_ptr()  # still tied
     assert m.b_fc is ref.b_fc  # untouched parameters are shared, not copied
@@ -234,16 +235,34 @@ def test_q4_0_convolution_filters(tmp_path):
     assert "rows of 27" in kept["stem.weight"] and "rows of 9" in kept["dw.weight"]
 
 
-def test_f32_tied_head_is_stored_once(tmp_path):
+@pytest.mark.parametrize("capture", ["trace", "export"])
+def test_f32_tied_head_is_stored_once(tmp_path, capture):
     """The final layer norm's scale is not folded into the head tied to the embedding: that
-    would store a second, scaled copy of the table (GPT-2: 150 MB)."""
+    would store a second, scaled copy of the table (GPT-2: 150 MB). The table is named by
+    its first state_dict name under both captures (torch.export lifts both names)."""
     m = _model(TiedLM)
     ids = torch.randint(0, 50, (1, 7))
     path = tmp_path / "lm.nnef"
-    t2n.export(m, (ids,), path, check=True)
+    t2n.export(m, (ids,), path, check=True, capture=capture)
     table = os.path.getsize(path / "wte.weight.dat")
     tables = [p for p in os.listdir(path) if os.path.getsize(path / p) == table]
     assert tables == ["wte.weight.dat"], tables
+
+
+def test_tied_model_weights_are_the_same_files_whichever_capture(tmp_path):
+    """Users rely on the weight files' labels (state_dict names): the same files, the same
+    bytes, from the trace and from torch.export."""
+    m = _model(TiedLM)
+    ids = torch.randint(0, 50, (1, 7))
+    files = {}
+    for capture in ("trace", "export"):
+        path = tmp_path / f"{capture}.nnef"
+        t2n.export(m, (ids,), path, capture=capture, input_names=["ids"],
+                   dynamic_axes={"ids": {1: "S"}})
+        files[capture] = {p: (path / p).read_bytes() for p in os.listdir(path)
+                          if p.endswith(".dat")}
+    assert sorted(files["export"]) == sorted(files["trace"])
+    assert files["export"] == files["trace"]
 
 
 def test_f16_weights_over_the_fold_budget_are_cast_at_load(tmp_path):

@@ -260,7 +260,11 @@ def _export_error(e: Exception, symbols, input_names, tensors=()) -> Exception:
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
     first = first[:400] + _user_line(text, e)
     name = type(e).__name__
-    if "Constraint" in name or "specializ" in text or "Not all values of" in text:
+    # a value read from a tensor ("Could not extract specialized integer from data-dependent
+    # expression u0") is no dynamic axis, whatever words it shares with a frozen one's
+    data_dependent = "GuardOnDataDependent" in name or "data-dependent" in text
+    if not data_dependent and (
+            "Constraint" in name or "specializ" in text or "Not all values of" in text):
         axes = ", ".join(f"{input_names[i]} axis {a} = {s}" for i, d in symbols.items()
                          for a, s in d.items())
         small = small_axes(symbols, tensors, input_names)
@@ -270,9 +274,9 @@ def _export_error(e: Exception, symbols, input_names, tensors=()) -> Exception:
                               "examples of size >= 2 on dynamic axes (or use capture='trace')")
         return UsageError("a dynamic axis is frozen by the model: torch.export found that "
                           f"the code needs a fixed size ({axes}): {first}")
-    if "data-dependent" in text or "GuardOnDataDependent" in name:
+    if data_dependent:
         error = TraceError("torch.export cannot capture the model: its Python control flow "
-                           f"depends on tensor values ({first})")
+                           f"or a size depends on tensor values ({first})")
     else:
         error = TraceError(f"torch.export failed on the example inputs: {name}: {first}")
     error.another_capture_may_help = True  # t2n.capture.strategies.capture_failure_note

@@ -17,9 +17,11 @@ tract facts that shape this module:
 Padding modes other than zeros (``padding_mode='reflect'`` ...) reach t2n as a separate
 ``aten::pad`` node before the convolution. Integer convolutions (tract convolves floats
 only) take the exact gather-and-product form of :mod:`t2n.mappings.helpers.integer_conv`.
-float16 transposed convolutions follow PyTorch's Half kernel (``slow_conv_transpose``): each
-kernel tap's column is an f32 product rounded to f16, and ``col2im`` adds the taps' columns
-into the output in f16, tap after tap (:func:`_conv_transpose_f16`).
+float16 transposed convolutions follow the kernel the running torch picks for them
+(helpers/conv_backend.py): its Half kernel (``slow_conv_transpose``), where each kernel
+tap's column is an f32 product rounded to f16 and ``col2im`` adds the taps' columns into the
+output in f16, tap after tap (:func:`_conv_transpose_f16`), or oneDNN's, computed in float32
+and rounded once.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import math
 import torch
 
 from t2n.mappings.helpers.integer_conv import dilate, flip_spatial, integer_conv
+from t2n.mappings.helpers.conv_backend import sums_taps_in_f16
 from t2n.mappings.helpers.ordered_sum import col2im_tables, ordered_tap_sum
 from t2n.mappings.helpers.windows import as_list
 from t2n.walk.registry import aten
@@ -139,8 +142,16 @@ def conv_transpose_nd(g, input, weight, bias, stride, padding, output_padding, g
     kernel = list(weight.shape[2:])
     c_out = weight.shape[1] * groups
     if dtype == torch.float16:
-        y = _conv_transpose_f16(g, x, weight, bias, stride, padding, output_padding, groups,
-                                dilation)
+        if sums_taps_in_f16(x.shape, weight.shape, bias is not None, stride, padding,
+                            dilation, output_padding, groups):
+            y = _conv_transpose_f16(g, x, weight, bias, stride, padding, output_padding,
+                                    groups, dilation)
+        else:  # oneDNN: float32 sums, the result rounded once (helpers/conv_backend.py)
+            f32 = torch.float32
+            y = g.cast(conv_transpose_nd(
+                g, g.cast(x, f32), g.cast(weight, f32),
+                None if bias is None else g.cast(bias, f32), stride, padding,
+                output_padding, groups, dilation), torch.float16)
         return g.squeeze(y, [0]) if added else y
     w = _deconv_filter(g, g.cast(weight, dtype), groups)
     if not dtype.is_floating_point:

@@ -308,9 +308,9 @@ def linalg_lstsq(g, self, b, rcond=None, driver=None):
         return tuple(outs)
     eps = EPS[self.dtype]
     rc = eps * max(m, n) if rcond is None or rcond < 0 else float(rcond)
-    a = M.work(g, self)
+    own = M.work(g, self)
     batch = list(broadcast_shapes(self.shape[:-2], bb.shape[:-2]))
-    a = M.batch_bcast(g, a, batch)
+    a = M.batch_bcast(g, own, batch)
     rhs = M.batch_bcast(g, M.work(g, bb), batch)
     # 'gels' does no rank detection: every nonzero singular value is inverted
     p = pinv_of(g, a, None, 0.0 if driver == "gels" else rc, 0.0)
@@ -321,7 +321,8 @@ def linalg_lstsq(g, self, b, rcond=None, driver=None):
         outs[1] = g.cast(g.reduce("sum_reduce", M.mul(g, res, res), [res.rank - 2],
                                   keepdim=False), g.out_dtype(1))
     if driver != "gels" and not M.empty(g.out_shape(2)):
-        s = svdvals_of(g, a, "self")
+        # PyTorch's rank and singular values are of self's own batch, not the broadcast one
+        s = svdvals_of(g, own, "self")
         smax = g.reduce("max_reduce", s, [s.rank - 1], keepdim=True)
         big = M.compare(g, "gt", s, M.mul(g, smax, rc))
         outs[2] = g.reduce("sum_reduce", g.cast(big, torch.int64), [s.rank - 1], keepdim=False)

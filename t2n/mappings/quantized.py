@@ -476,12 +476,18 @@ def averaging_on_integers(g, self, *args):
     x = g.op("tract_core_cast", self, to="f32", out_dtype=torch.float32)
     f = _float_call(g, name, x, *args)
     probe = name + " global" if name.startswith("adaptive") and _all_ones(args[0]) else name
-    offset = zp and average_rounded_off_zero_point(probe, self.rank, _channels_last(g, self))
-    if offset:
-        f = g.binary("sub", f, float(zp), torch.float32)
-    y = g.op("tract_core_round_even", f)
-    if offset:
-        y = g.binary("add", y, float(zp), torch.float32)
+    channels = self.shape[1] if self.rank >= 2 and isinstance(self.shape[1], int) else None
+    offset = average_rounded_off_zero_point(probe, self.rank, _channels_last(g, self),
+                                            channels) if zp else False
+    offset = offset if isinstance(offset, tuple) else (offset,)
+    plain = None if all(offset) else g.op("tract_core_round_even", f)
+    y = plain
+    if any(offset):  # round(f - zp) + zp
+        y = g.binary("add", g.op("tract_core_round_even", g.binary(
+            "sub", f, float(zp), torch.float32)), float(zp), torch.float32)
+        if plain is not None:  # only some channels (PyTorch's vector lanes) round so
+            mask = torch.tensor(offset).reshape([1, len(offset)] + [1] * (self.rank - 2))
+            y = g.op("select", g.const(mask), y, plain, out_dtype=torch.float32)
     y = g.op("tract_core_cast", g.op("clamp", y, float(lo), float(hi)),
              to=dtypes.tract_name(self.dtype), out_dtype=self.dtype)
     return set_qparams(g, y, scale, zp)
@@ -511,10 +517,11 @@ def same_qparams_in_float(g, self, *args):
 
 def _float_call(g, name: str, *args):
     """The float mapping of aten ``name``, told that the node's outputs are float32 (the
-    traced node has quantized ones)."""
+    traced node has quantized ones; torch.export's has none, its fake tensors having no
+    quantized dtype: walk/fx_walker.py's ``_quantized_outs``)."""
     saved = g.node
     g.node = dataclasses.replace(saved, op=f"aten::{name}", out_dtypes=[
-        torch.float32 if d in dtypes.QUANTIZED else d for d in saved.out_dtypes])
+        torch.float32 if d is None or d in dtypes.QUANTIZED else d for d in saved.out_dtypes])
     try:
         return lookup(name)(g, *args)
     finally:

@@ -32,7 +32,8 @@ import torch
 from t2n import dtypes
 from t2n.errors import ConversionError, UnsupportedOperatorsError
 from t2n.walk import bf16_values, quant_steps, registry
-from t2n.walk.builder import MAX_INLINE_ELEMENTS, Graph, NodeContext, Tensor, Unavailable
+from t2n.walk.builder import (DATA_DEPENDENT_PREFIX, MAX_INLINE_ELEMENTS, Graph, NodeContext,
+                              Tensor, Unavailable)
 from t2n.walk.folding import FoldedStorage
 from t2n.walk.torchscript import _flat, _is_number, _is_symbolic, _Unsupported
 
@@ -385,7 +386,8 @@ def unmapped_library_op(op: str) -> str:
 def conform(g: Graph, op: str, r: Tensor, dtype, sizes) -> Tensor:
     """A mapping's result with the dtype (``None``: as it is) and sizes PyTorch recorded for
     the node: symbolic sizes replace the mapping's where PyTorch's shape functions named a
-    dynamic axis; a rank that differs is a bug in the mapping."""
+    dynamic axis (a size PyTorch leaves to the data, where the mapping knows it, stays the
+    mapping's: a constant mask's count); a rank that differs is a bug in the mapping."""
     if dtype is not None and dtype.is_complex:
         if not r.complex or r.dtype != dtypes.complex_part(dtype):
             raise ConversionError(op, f"internal: mapping produced {r!r} where PyTorch has a "
@@ -405,9 +407,16 @@ def _conform_shape(op: str, r: Tensor, sizes) -> Tensor:
             raise ConversionError(op, f"internal: mapping produced rank {r.rank} where PyTorch "
                                   f"has rank {len(sizes)}")
         if r.literal is None and not r.is_const:
-            r.shape = tuple(s if isinstance(d, int) or _is_symbolic(s) else d
+            r.shape = tuple(d if isinstance(d, int) and _data_dependent(s) else
+                            s if isinstance(d, int) or _is_symbolic(s) else d
                             for s, d in zip(sizes, r.shape))
     return r
+
+
+def _data_dependent(size) -> bool:
+    """Whether ``size`` holds a size only the data decides (a t2n_data_ symbol)."""
+    return _is_symbolic(size) and any(str(x).startswith(DATA_DEPENDENT_PREFIX)
+                                      for x in size.free_symbols)
 
 
 def _pruned_label(name: str, labels: list[str]) -> str | None:

@@ -21,17 +21,18 @@ import re
 import torch
 
 from t2n import dtypes
-from t2n.walk.builder import Graph, Tensor
+from t2n.walk.builder import DATA_DEPENDENT_PREFIX, Graph, Tensor
 from t2n.errors import ConversionError
 from t2n.capture.torch_export import PREFIX
 from t2n.stopwatch import timed
 from t2n.walk.core import POISON, OpCall, Out, WalkerCore, _flat
-from t2n.walk.torchscript import _T2N_DIR, _TORCH_DIR, _Unsupported, _is_number, _is_symbolic
+from t2n.walk.torchscript import (_T2N_DIR, _TORCH_DIR, _Unsupported, _is_number, _is_symbolic,
+                                  size_remainder)
 
 # Python-level functions export records for size arithmetic
 _PY_FUNCS = {
     operator.add: operator.add, operator.sub: operator.sub, operator.mul: operator.mul,
-    operator.floordiv: operator.floordiv, operator.mod: operator.mod,
+    operator.floordiv: operator.floordiv, operator.mod: size_remainder,
     operator.truediv: operator.truediv, operator.neg: operator.neg, operator.pow: operator.pow,
     operator.eq: operator.eq, operator.ne: operator.ne, operator.lt: operator.lt,
     operator.le: operator.le, operator.gt: operator.gt, operator.ge: operator.ge,
@@ -70,6 +71,8 @@ class FxWalker(WalkerCore):
         self.env: dict = {}
         self._sym_map: dict = {}
         self.output_names: list[str] | None = None  # ModelOutput fields, cache tensors ...
+        self._detached: dict = {}  # id of a lifted tensor -> its one detached value
+        self._names: dict | None = None
 
     # ------------------------------------------------------------------ entry point
     @timed("walk")
@@ -105,13 +108,23 @@ class FxWalker(WalkerCore):
             value = self.ep.constants[spec.target]
         else:
             raise ConversionError("placeholder", f"{spec.kind.name} inputs are not supported")
-        value = value.detach()
+        original, value = value, self._detached.setdefault(id(value), value.detach())
         if spec.kind == InputKind.CONSTANT_TENSOR and node.users and all(
                 u.target is torch.ops.aten.lift_fresh_copy.default for u in node.users):
             return value  # a torch.tensor(...) of forward: a constant, as the trace's
-        label = spec.target.removeprefix(PREFIX)  # the user's own state_dict name
+        # the user's own state_dict name; of a tensor held under several (an embedding table
+        # tied to the head), the first, as the trace names it: export lifts each name
+        label = self._first_names().get(id(original), spec.target).removeprefix(PREFIX)
         self._label(value, label)
         return value
+
+    def _first_names(self) -> dict:
+        """id of each state_dict tensor -> its first name in state_dict order."""
+        if self._names is None:
+            self._names = {}
+            for name, t in list(self.ep.state_dict.items()) + list(self.ep.constants.items()):
+                self._names.setdefault(id(t), name)
+        return self._names
 
     def _user_outputs(self, node) -> list:
         from torch.export.graph_signature import OutputKind
@@ -133,12 +146,17 @@ class FxWalker(WalkerCore):
         return a
 
     def _sym(self, d):
-        """A size of export's ShapeEnv as a t2n dim: an int or an expression of t2n symbols."""
+        """A size of export's ShapeEnv as a t2n dim: an int or an expression of t2n symbols.
+        A size the data decides (export's unbacked ``u0``: a boolean mask's count, an
+        ``.item()``) becomes a data-dependent t2n symbol (:func:`_unbacked_renamed`), as the
+        trace path names it: a mapping keeps it out of shape attributes, and the writer
+        refuses it there by name rather than write a symbol tract would leave unbound."""
         if isinstance(d, torch.SymInt):
             expr = d.node.expr
             if expr.is_number:
                 return int(expr)
-            return _to_t2n(expr.xreplace(self._sym_map))
+            expr = _to_t2n(_unbacked_renamed(expr.xreplace(self._sym_map)))
+            return int(expr) if expr.is_number else expr
         return int(d)
 
     # ------------------------------------------------------------------ nodes
@@ -252,6 +270,24 @@ class FxWalker(WalkerCore):
         call.number_dtypes = [_python_dtype(v) for v in call.values]
         _quantized_outs(call)
 
+    def _after_mapping(self, call, results: list) -> None:
+        """A size export leaves to the data (an unbacked ``u0``) that the mapping knows as
+        a number (a constant mask's count) is that number in every later shape: the
+        conformed result kept it (:func:`t2n.walk.core.conform`)."""
+        import sympy
+        from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+        for r, v in zip(results, _as_tuple(call.node.meta.get("val"))):
+            if not isinstance(r, (Tensor, torch.Tensor)) or not isinstance(v, torch.Tensor) \
+                    or len(r.shape) != v.dim():
+                continue
+            for d, s in zip(r.shape, v.shape):
+                if isinstance(d, int) and isinstance(s, torch.SymInt) and s.node.expr.is_symbol \
+                        and free_unbacked_symbols(s.node.expr):
+                    self._sym_map.setdefault(s.node.expr, sympy.Integer(d))
+
+    _after_fold = _after_mapping  # an op folded on constants: its sizes are numbers
+
     def _argument(self, arg, value, user_mapping: bool):
         return self.g.computed(value) if isinstance(value, torch.dtype) else value
 
@@ -337,6 +373,20 @@ def _py_call(fn, args):
     if name in ("sym_int",):
         return args[0] if _is_symbolic(args[0]) else int(args[0])
     return (_PY_FUNCS.get(fn) or fn)(*args)
+
+
+def _unbacked_renamed(expr):
+    """``expr`` with export's unbacked symbols (``u0``, sizes only the data decides)
+    renamed ``t2n_data_u0``: the walker core, mappings and the writer know them by that
+    prefix (:data:`t2n.walk.tensors.DATA_DEPENDENT_PREFIX`)."""
+    import sympy
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    unbacked = free_unbacked_symbols(expr)
+    if not unbacked:
+        return expr
+    return expr.xreplace({u: sympy.Symbol(DATA_DEPENDENT_PREFIX + u.name, integer=True)
+                          for u in unbacked})
 
 
 def _to_t2n(expr):

@@ -18,7 +18,9 @@ composite ops (``linalg_vecdot``, ``cov``/``corrcoef``, ``cosine_similarity``,
 ``cosine_embedding_loss``, ``soft_margin_loss``, ``binary_cross_entropy_with_logits``,
 ``hinge_embedding_loss``, the trapezoid rules) round after each of their aten steps,
 ``logit`` and ``xlogy`` round their intermediate, ``conv_transpose`` adds its kernel
-taps' columns (each an f32 product rounded to f16) into the output in f16, tap after tap,
+taps' columns (each an f32 product rounded to f16) into the output in f16, tap after tap
+(its Half kernel; where torch runs it with oneDNN instead, on CPUs with AVX512-FP16, in
+float32 rounded once: t2n/mappings/helpers/conv_backend.py asks which),
 and ``adaptive_avg_pool3d``'s Half kernel (any output but 1 x 1 x 1, which is a float mean)
 sums each window in f16 in order and divides by each window size in turn.
 Mappings of ops whose PyTorch steps matter in f16 follow those steps themselves

@@ -68,6 +68,16 @@ def _is_symbolic(x) -> bool:
     return isinstance(x, sympy.Basic) and not x.is_number
 
 
+def size_remainder(a, b):
+    """``a % b`` of sizes, for both walkers; of a symbolic size, ``a - b*floor(a/b)``:
+    sympy's ``Mod`` hides from its simplifier that ``(S + (4 - S % 4) % 4) / 4`` (a length
+    padded to whole chunks) is whole, and tract then cannot prove the padded length equal to
+    the reshape's ``4 * ((S + 3) / 4)``."""
+    if _is_symbolic(a) or _is_symbolic(b):
+        return a - b * (a // b)
+    return a % b
+
+
 def _has_symbols(inputs) -> bool:
     for x in _flat(inputs):
         if _is_symbolic(x):

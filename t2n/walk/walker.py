@@ -28,7 +28,7 @@ from t2n.walk.builder import Graph, Tensor
 from t2n.errors import ConversionError
 from t2n.walk.core import POISON, OpCall, Out, WalkerCore, unmapped_library_op
 from t2n.walk.folding import number_as_tensor
-from t2n.walk.torchscript import (_has_symbols, _is_number, _is_symbolic, _py,
+from t2n.walk.torchscript import (_has_symbols, _is_number, _is_symbolic, _py, size_remainder,
                                   _symbolic_shapes, _ts_dtype, _ts_sizes, _ts_strides, _Unsupported,
                                   scalar_type, source_location)
 from t2n.walk.torchscript import _T2N_DIR, _TORCH_DIR  # noqa: F401  (kept importable from here)
@@ -42,16 +42,8 @@ _PY_ARITH = {
     "add": lambda a, b, alpha=1: a + b * alpha, "sub": lambda a, b, alpha=1: a - b * alpha,
     "rsub": lambda a, b, alpha=1: b - a * alpha, "mul": lambda a, b: a * b,
     "floordiv": lambda a, b: a // b, "floor_divide": lambda a, b: a // b,
-    "remainder": lambda a, b: _remainder(a, b), "neg": lambda a: -a,
+    "remainder": lambda a, b: size_remainder(a, b), "neg": lambda a: -a,
 }
-
-
-def _remainder(a, b):
-    """``a % b``; of a symbolic size, ``a - b*floor(a/b)``: sympy's ``Mod`` hides from its
-    simplifier that ``(S + (4 - S % 4) % 4) / 4`` (a length padded to whole chunks) is whole."""
-    if _is_symbolic(a) or _is_symbolic(b):
-        return a - b * (a // b)
-    return a % b
 
 
 class Walker(ViewWrites, WalkerCore):

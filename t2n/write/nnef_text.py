@@ -85,7 +85,8 @@ def dim_expr_text(expr) -> str:
     if isinstance(expr, sympy.Symbol):
         if expr.name.startswith(DATA_DEPENDENT_PREFIX):
             raise ConversionError("shape", "a size that depends on tensor values (the count of "
-                                  "a boolean mask's true elements) cannot be written into a "
+                                  "a boolean mask's true elements, a value read with "
+                                  "`.item()`) cannot be written into a "
                                   "shape for tract; compute with it without reading its size")
         return expr.name
     if isinstance(expr, (sympy.floor, sympy.ceiling)):

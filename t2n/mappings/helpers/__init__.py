@@ -15,6 +15,8 @@ the builder, the registry's types and other helpers (no cycles). A helper takes 
 - :mod:`.ordered_sum`: sums of gathered taps added one by one in order in the dtype (the
   float16 kernels of PyTorch that accumulate in f16: transposed convolutions, 3-D adaptive
   average pooling), one ``tract_core_scan`` over the taps;
+- :mod:`.conv_backend`: which kernel the running torch picks for a float16 transposed
+  convolution (its Half kernel's ordered f16 sums, or oneDNN's float32 ones);
 - :mod:`.normalization`: batch-norm statistics and per-channel affine;
 - :mod:`.recurrence`: the recurrent layers as ``tract_core_scan`` loops (``recurrent`` and
   the dynamically quantized LSTM/GRU of ``quantized``), with float or int8 products;

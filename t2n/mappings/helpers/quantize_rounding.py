@@ -59,37 +59,47 @@ def _averages():
             "mean": lambda t: t.mean(spatial(t), keepdim=True)}
 
 
-@functools.lru_cache(maxsize=None)
-def average_rounded_off_zero_point(op: str, rank: int, channels_last: bool) -> bool:
+def average_rounded_off_zero_point(op: str, rank: int, channels_last: bool,
+                                   channels: int | None) -> tuple[bool, ...] | bool:
     # ``op``: the aten name, "adaptive_avg_pool2d global" for an output of size 1
     """Whether this torch's quantized ``op`` (an average of integers that keeps the input's
     scale and zero point) rounds ``average - zero_point`` half to even and adds the zero point
-    back, rather than rounding the average itself. The two differ at exact ties when the zero
-    point is odd. PyTorch's kernels are not uniform here: measured on x86, torch 2.13 rounds
-    the average in its NCHW pools and the offset one in channels-last avg_pool2d and in
-    avg_pool3d; torch 2.14's channels-last kernels (a quantized convolution's output is
-    channels-last) all round the offset one. So the running torch is asked, once per op,
-    rank and layout, on two draws of 4 x 64 x 4... integers with zero point 47 (dozens of ties). A kernel
-    matching neither form keeps the plain rounding, which the export check then reports at
-    ties: measured so on both versions for channels-last ``mean`` and
-    ``adaptive_avg_pool3d``, whose ties go either way (not reproduced yet)."""
+    back, rather than rounding the average itself: one answer per channel (a tuple of
+    ``channels``), or one for all (a bool) when the count is not static. The two forms
+    differ at exact ties when the zero point is odd.
+
+    PyTorch's kernels are not uniform here. Measured on x86 (torch 2.13, AVX-512): the
+    channels-last avg_pool2d and both avg_pool3d kernels run the offset form on whole vectors
+    of 16 channels and the plain form on the channels left over (24 channels: 16 offset, 8
+    plain; 64: all offset); with AVX2 the vector covers them all, without vectors none; the
+    NCHW 2-d pools round the average; qnnpack's kernels differ again; torch 2.14's
+    channels-last kernels all round the offset one. So the running torch is asked, once per
+    op, rank, layout, channel count and quantized engine, on integers whose every average is
+    an exact tie (``a`` and ``a + 1`` alternate along the last axis). A channel matching
+    neither form keeps the plain rounding, which the export check then reports at ties:
+    measured so for ``mean`` and channels-last ``adaptive_avg_pool3d``, whose ties go either
+    way (not reproduced yet)."""
+    modes = _offset_channels(op, rank, channels_last, channels if channels else 64,
+                             torch.backends.quantized.engine)
+    return modes if channels else all(modes)
+
+
+@functools.lru_cache(maxsize=None)
+def _offset_channels(op, rank, channels_last, channels, engine) -> tuple[bool, ...]:
     fn = _averages().get(op)
     if fn is None or (channels_last and rank not in (4, 5)):
-        return False
-    shape = (4, 64) + (4,) * (rank - 2)
-    return all(_offset_on(fn, shape, rank, channels_last, seed) for seed in (3, 4))
-
-
-def _offset_on(fn, shape, rank, channels_last, seed) -> bool:
-    ints = torch.randint(0, 256, shape, generator=torch.Generator().manual_seed(seed),
-                         dtype=torch.uint8)
+        return (False,) * channels
+    shape = (2, channels) + (4,) * (rank - 2)
+    base = torch.tensor([100, 131], dtype=torch.int32).reshape((2,) + (1,) * (rank - 1))
+    ints = (base + torch.arange(4, dtype=torch.int32) % 2).expand(shape).to(torch.uint8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        q = torch._make_per_tensor_quantized_tensor(ints, 0.03, 47)
+        q = torch._make_per_tensor_quantized_tensor(ints.contiguous(), 0.03, 47)
         if channels_last:
             q = q.contiguous(memory_format=torch.channels_last if rank == 4
                              else torch.channels_last_3d)
         got = fn(q).int_repr().to(torch.float64)
     exact = fn(ints.to(torch.float64))
     offset = torch.round(exact - 47) + 47  # torch.round: half to even
-    return bool(torch.equal(got, offset)) and not torch.equal(offset, torch.round(exact))
+    per_channel = (got == offset).transpose(0, 1).reshape(channels, -1).all(1)
+    return tuple(bool(b) for b in per_channel)
