@@ -1,18 +1,21 @@
 """ATen ops kept as leaves of a ``torch.export`` capture, so that dynamic axes through them
 stay dynamic: ``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu`` (what ``nn.LSTM``/``GRU``/
-``RNN`` call) and ``max_pool1d``.
+``RNN`` call), ``max_pool1d`` and ``_pad_circular`` (``F.pad(mode="circular")``).
 
 ``torch.export`` records these ops as one node each, but computes the node's output
 shapes by running the op's C++ composite kernel on fake tensors: a loop over the time
-steps for the recurrent ops, integer size arithmetic for ``max_pool1d``, either of which
-fixes the axis to the example's size ("the code needs a fixed size"). t2n maps each op
+steps for the recurrent ops, integer size arithmetic for ``max_pool1d``, a branch on the
+sign of each amount for circular padding (an amount ``(3 - S % 3) % 3``, 0 at the
+example, pins ``S`` to multiples of 3), any of which fixes the axis to the example's sizes
+("the code needs a fixed size"). t2n maps each op
 whatever the size (a recurrent layer is one ``tract_core_scan``: t2n/mappings/recurrent.py),
 so it needs only their output shapes, which follow from the arguments' shapes.
 
 While a capture runs, :class:`Leaves` (a ``TorchFunctionMode``: the user's model and
 torch's modules are left as they are) routes each call of ``torch._VF.lstm`` ... (the
 unpacked form, the one ``nn.LSTM.forward`` makes) and ``torch.max_pool1d`` to the ``t2n::``
-op of the same name and schema. Its fake kernel states the output shapes symbolically; its
+op of the same name and schema (``F.pad`` and ``torch._C._nn.pad`` with
+``mode="circular"`` to ``t2n::_pad_circular``). Its fake kernel states the output shapes symbolically; its
 real kernel is the ATen op, so the exported program still runs as the model does. The FX
 walker maps ``t2n::lstm`` by the mapping of ``aten::lstm`` (same arguments, same order).
 """
@@ -33,6 +36,7 @@ for _name in ("gru", "rnn_tanh", "rnn_relu"):
                 "-> (Tensor, Tensor)")
 _LIB.define("max_pool1d(Tensor self, int[1] kernel_size, int[1] stride, int[1] padding, "
             "int[1] dilation, bool ceil_mode) -> Tensor")
+_LIB.define("_pad_circular(Tensor self, SymInt[] pad) -> Tensor")
 
 
 def _output(input, state, bidirectional):
@@ -75,6 +79,26 @@ _LIB.impl("max_pool1d", _max_pool1d_real, "CompositeExplicitAutograd")
 torch.library.register_fake("t2n::max_pool1d", _max_pool1d_fake, lib=_LIB)
 
 
+def _pad_circular_real(x, pad):
+    return torch._C._nn._pad_circular(x, pad)
+
+
+def _pad_circular_fake(x, pad):
+    """Each padded axis grows by its two amounts (a negative one crops); as aten's kernel,
+    an amount may wrap around the axis at most once."""
+    shape = list(x.shape)
+    for i in range(len(pad) // 2):
+        axis, before, after = x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1]
+        torch._check(before <= shape[axis] and after <= shape[axis],
+                     lambda: "Padding value causes wrapping around more than once.")
+        shape[axis] = shape[axis] + before + after
+    return x.new_empty(shape)
+
+
+_LIB.impl("_pad_circular", _pad_circular_real, "CompositeExplicitAutograd")
+torch.library.register_fake("t2n::_pad_circular", _pad_circular_fake, lib=_LIB)
+
+
 def _pool_args(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     """``max_pool1d``'s arguments in schema order, each int list as a list (``F``'s
@@ -101,6 +125,8 @@ class Leaves(TorchFunctionMode):
             pool = _pool_args(*args, **kwargs)
             if pool is not None:
                 return torch.ops.t2n.max_pool1d(*pool)
+        if func in _PAD and _circular(*args, **kwargs):
+            return torch.ops.t2n._pad_circular(args[0], list(args[1]))
         return func(*args, **kwargs)
 
 
@@ -108,6 +134,15 @@ class Leaves(TorchFunctionMode):
 # and the torch function it calls then runs with the mode off
 _MAX_POOL1D = (_VF.max_pool1d, torch.nn.functional.max_pool1d,
                torch.nn.functional._max_pool1d)
+
+
+_PAD = (torch.nn.functional.pad, torch._C._nn.pad)
+
+
+def _circular(x=None, pad=(), mode="constant", value=None) -> bool:
+    """``pad(x, pad, mode, value)`` pads the tensor ``x`` circularly."""
+    return mode == "circular" and isinstance(x, torch.Tensor) and value is None \
+        and 0 < len(pad) <= 2 * x.dim() and len(pad) % 2 == 0
 
 
 _RECURRENT = {getattr(_VF, n): getattr(torch.ops.t2n, n)
