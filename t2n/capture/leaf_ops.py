@@ -18,6 +18,11 @@ op of the same name and schema (``F.pad`` and ``torch._C._nn.pad`` with
 ``mode="circular"`` to ``t2n::_pad_circular``). Its fake kernel states the output shapes symbolically; its
 real kernel is the ATen op, so the exported program still runs as the model does. The FX
 walker maps ``t2n::lstm`` by the mapping of ``aten::lstm`` (same arguments, same order).
+
+A size made a tensor (``torch.as_tensor(x.shape[0])``, ``torch.tensor(x.shape[-1],
+dtype=torch.float32)``) goes the same way: torch's factory reads the symbolic size as a
+number, fixing the axis; routed to ``aten::scalar_tensor``, which takes a symbolic scalar,
+the size stays an expression of the axis in the graph (what the trace records too).
 """
 
 from __future__ import annotations
@@ -113,7 +118,8 @@ def _pool_args(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
 
 class Leaves(TorchFunctionMode):
     """Route the recurrent ops (their unpacked form; the packed ``data, batch_sizes``
-    form is left to torch) and ``max_pool1d`` to their ``t2n::`` leaves while active."""
+    form is left to torch), ``max_pool1d`` and circular padding to their ``t2n::`` leaves,
+    and a symbolic size made a tensor to ``scalar_tensor``, while active."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -125,6 +131,10 @@ class Leaves(TorchFunctionMode):
             pool = _pool_args(*args, **kwargs)
             if pool is not None:
                 return torch.ops.t2n.max_pool1d(*pool)
+        if func in _FACTORIES and args and _symbolic_scalar(args[0]) \
+                and set(kwargs) <= {"dtype", "device"} and len(args) == 1:
+            return torch.scalar_tensor(args[0], dtype=kwargs.get("dtype") or _dtype(args[0]),
+                                       device=kwargs.get("device"))
         if func in _PAD and _circular(*args, **kwargs):
             return torch.ops.t2n._pad_circular(args[0], list(args[1]))
         return func(*args, **kwargs)
@@ -137,6 +147,18 @@ _MAX_POOL1D = (_VF.max_pool1d, torch.nn.functional.max_pool1d,
 
 
 _PAD = (torch.nn.functional.pad, torch._C._nn.pad)
+_FACTORIES = (torch.as_tensor, torch.tensor)
+
+
+def _symbolic_scalar(v) -> bool:
+    return isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _dtype(v):
+    """The dtype ``torch.tensor`` gives a Python scalar of ``v``'s kind."""
+    if isinstance(v, torch.SymBool):
+        return torch.bool
+    return torch.int64 if isinstance(v, torch.SymInt) else torch.get_default_dtype()
 
 
 def _circular(x=None, pad=(), mode="constant", value=None) -> bool:
