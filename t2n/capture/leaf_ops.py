@@ -15,9 +15,10 @@ While a capture runs, :class:`Leaves` (a ``TorchFunctionMode``: the user's model
 torch's modules are left as they are) routes each call of ``torch._VF.lstm`` ... (the
 unpacked form, the one ``nn.LSTM.forward`` makes) and ``torch.max_pool1d`` to the ``t2n::``
 op of the same name and schema (``F.pad`` and ``torch._C._nn.pad`` with
-``mode="circular"`` to ``t2n::_pad_circular``). Its fake kernel states the output shapes symbolically; its
-real kernel is the ATen op, so the exported program still runs as the model does. The FX
-walker maps ``t2n::lstm`` by the mapping of ``aten::lstm`` (same arguments, same order).
+``mode="circular"`` to ``t2n::_pad_circular``). Its fake kernel states the output shapes
+symbolically; its real kernel is the ATen op, so the exported program still runs as the
+model does. The FX walker maps ``t2n::lstm`` by the mapping of ``aten::lstm`` (same
+arguments, same order).
 
 A size made a tensor (``torch.as_tensor(x.shape[0])``, ``torch.tensor(x.shape[-1],
 dtype=torch.float32)``) goes the same way: torch's factory reads the symbolic size as a

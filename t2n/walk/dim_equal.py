@@ -33,11 +33,12 @@ def known_equal(a, b) -> bool:
 
 def canonical_floors(expr):
     """``expr`` with each part that holds floors of one symbol written in one form:
-    ``q*s + b + m*floor((a*s + c)/L)`` (``L`` the least period, ``q`` the least in size), so that equal sizes written
-    differently (``-4*floor(-S/4)``, ``4*floor(S/4 + Mod(3*S, 4)/4)``, ``4*(S -
-    floor(3*S/4))``, all ``4*ceil(S/4)``) reach tract as one expression: tract compares a
-    reshape's volumes by their form, and refuses two forms of one size. A part of another
-    shape (not linear in ``s`` over each period) is left as it is."""
+    ``q*s + b + m*floor((a*s + c)/L)`` (``L`` the least period, ``q`` the least in size),
+    so that equal sizes written differently (``-4*floor(-S/4)``,
+    ``4*floor(S/4 + Mod(3*S, 4)/4)``, ``4*(S - floor(3*S/4))``, all ``4*ceil(S/4)``) reach
+    tract as one expression: tract compares a reshape's volumes by their form, and refuses
+    two forms of one size. A part of another shape (not linear in ``s`` over each period)
+    is left as it is."""
     import sympy
 
     if not isinstance(expr, sympy.Basic) or not expr.has(sympy.floor, sympy.ceiling,

@@ -3,10 +3,11 @@
 ``floor``, ``ceiling`` and ``Mod`` of integer multiples of the symbols (``ceil(S/4)``,
 ``(4 - S % 4) % 4``) are periodic: writing each symbol ``s = L*k + r`` (``L`` the least
 common multiple of the denominators its floors divide it by, ``k`` a nonnegative integer,
-``r`` each remainder in ``0 .. L-1``, ``1 .. L`` for a symbol known positive) turns every floor into a polynomial in ``k``
-(``floor(k + r/4) = k + floor(r/4)``). A property of the polynomials of every class is a
-property of the expression at every size of the symbols: a proof, not a sample. The equality
-(:mod:`t2n.walk.dim_equal`) and sign (:mod:`t2n.walk.dim_sign`) proofs read these classes.
+``r`` each remainder in ``0 .. L-1``, ``1 .. L`` for a symbol known positive) turns every
+floor into a polynomial in ``k`` (``floor(k + r/4) = k + floor(r/4)``). A property of the
+polynomials of every class is a property of the expression at every size of the symbols: a
+proof, not a sample. The equality (:mod:`t2n.walk.dim_equal`) and sign
+(:mod:`t2n.walk.dim_sign`) proofs read these classes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 import itertools
 import math
 
-MAX_CLASSES = 4096  # remainder classes at most (product over the symbols); beyond: no proof
+# remainder classes at most (product over the symbols; each costs a sympy expansion, about
+# a millisecond); beyond: no proof
+MAX_CLASSES = 512
 
 
 def in_floors(expr):
