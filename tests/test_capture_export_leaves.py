@@ -1,6 +1,7 @@
-"""capture="export" on what torch.export alone gets wrong or refuses: recurrent layers and
-max_pool1d kept as leaves (t2n/capture/leaf_ops.py) so their dynamic axes stay dynamic,
-one tensor given as two inputs; and capture="auto"."""
+"""capture="export" on what torch.export alone gets wrong or refuses: recurrent layers,
+max_pool1d and circular padding kept as leaves, sizes made tensors routed to scalar_tensor
+(t2n/capture/leaf_ops.py), so their dynamic axes stay dynamic; one tensor given as two
+inputs; and capture="auto"."""
 
 from __future__ import annotations
 
@@ -139,6 +140,46 @@ def test_max_pool1d_over_a_dynamic_axis():
                    capture="export",
                    more_args=[(torch.randn(2, 3, 9),), (torch.randn(2, 3, 33),),
                               (torch.randn(2, 3, 64),)])
+
+
+class CircularPads(torch.nn.Module):
+    """Circular padding as models call it: amounts computed from S (0 at the example's
+    S = 6), a crop, torch._C._nn.pad, a circular-padded Conv1d."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(3, 2, 3, padding=2, padding_mode="circular")
+
+    def forward(self, x):
+        f, s = torch.nn.functional, x.shape[-1]
+        return (f.pad(x, (s // 2, (3 - s % 3) % 3), mode="circular"),
+                f.pad(x, (-1, 2), mode="circular"), torch._C._nn.pad(x, (1, 2), "circular"),
+                f.pad(x, ((4 - s % 4) % 4, 1, 1, 0), mode="circular"), self.conv(x))
+
+
+def test_circular_padding_over_a_dynamic_axis():
+    """aten's circular padding branches on each amount's sign, which fixed S to multiples of
+    3 under torch.export: as a leaf S stays dynamic (checked at 4, 7, 9 and 16)."""
+    assert_exports(CircularPads().eval(), (torch.randn(2, 3, 6),), input_names=["x"],
+                   dynamic_axes={"x": {2: "S"}}, capture="export",
+                   more_args=[(torch.randn(2, 3, n),) for n in (4, 7, 9, 16)])
+
+
+class SizeTensors(torch.nn.Module):
+    """Sizes made tensors: torch.as_tensor of an int size, torch.tensor with a dtype."""
+
+    def forward(self, x):
+        n = torch.as_tensor(x.shape[0]).detach()
+        scale = torch.sqrt(torch.tensor(x.shape[-1], dtype=torch.float32)) / 3
+        return x * n + scale, torch.as_tensor(x.shape[0] * x.shape[-1]) - 1
+
+
+def test_sizes_made_tensors_stay_expressions_of_the_axes():
+    """torch.as_tensor(size) fixed the axis under torch.export (its factory reads a
+    number); as scalar_tensor it is an expression of B and S (checked at other sizes)."""
+    assert_exports(SizeTensors(), (torch.randn(2, 3, 6),), input_names=["x"],
+                   dynamic_axes={"x": {0: "B", 2: "S"}}, capture="export",
+                   more_args=[(torch.randn(3, 3, 4),), (torch.randn(5, 3, 11),)])
 
 
 class QuantDequant(torch.nn.Module):

@@ -11,6 +11,9 @@ import torch.nn.functional as F
 
 from opcases import assert_cases
 
+# both captures: under torch.export circular padding is t2n's leaf (t2n/capture/leaf_ops.py)
+pytestmark = pytest.mark.usefixtures("capture")
+
 # (case, pad list of x.shape -> amounts): the last axis is S (dynamic), axis 1 static
 AMOUNTS = {
     "to whole chunks of 4": lambda s: (0, (4 - s % 4) % 4),

@@ -49,12 +49,15 @@ def test_streaming_log_mel_pulses_whole_hops(tmp_path, pulse):
     assert steps >= 19
 
 
-def test_one_dimensional_audio_streams(tmp_path):
-    """Whisper's ``log_mel_spectrogram`` takes ``(n_samples,)`` audio too."""
+def test_one_dimensional_audio_streams(tmp_path, capture):
+    """Whisper's ``log_mel_spectrogram`` takes ``(n_samples,)`` audio too (torch.export:
+    the frame count ``(S - 400)//160 + 1`` is 1 at some sizes, where a stride check of
+    torch's guards ``Max(1, (S - 400)//160)``, a layout, not a value)."""
     x = torch.randn(3200, generator=torch.Generator().manual_seed(5)) * 0.1
     r = t2n.export(WhisperLogMel(center=False, max_floor=False).eval(), (x,),
                    str(tmp_path / "one.nnef.tgz"), input_names=["audio"],
-                   dynamic_axes={"audio": {0: "S"}}, streaming="S", pulse=320, check=True)
+                   dynamic_axes={"audio": {0: "S"}}, streaming="S", pulse=320, check=True,
+                   capture=capture)
     assert r.passed, r.report()
     assert r.delay == 2 and r.stream.output_axes == {"output_0": 1}
 

@@ -9,11 +9,39 @@ one symbol at sizes spread over its range (the reported one, within the user's b
 refuses the export when one fails: such a guard pins the graph to sizes no range can
 describe. Bounds are the reported range already, and ``Ne`` guards (an odd length, from a
 slice whose end equals the size) mark sizes that take another path to the same values.
+
+Guards raised by torch's own stride bookkeeping (:data:`LAYOUT_CHECKS`: is a result
+contiguous, is an axis of size 1 whose stride does not matter) are not read either: they
+decide whether torch's meta kernels return a view or a copy, never a value, so the graph
+computes the same numbers at sizes where they fail. ``reshape(-1, 12)`` of ``B`` rows of 4
+guards ``B // 3 == 1`` there at ``B = 3``, a crop to ``S - 3`` guards ``Max(1, S - 3) ==
+S - 3``: sizes of 1 and 0 skip a stride comparison.
 """
 
 from __future__ import annotations
 
 from t2n.errors import UsageError
+
+
+# torch functions that only compare or compute strides (torch/_prims_common): a guard they
+# raise picks a memory layout (view or copy), not the values the graph computes
+LAYOUT_CHECKS = frozenset({
+    "check_contiguous_sizes_strides", "is_contiguous", "is_channels_last_contiguous_2d",
+    "is_channels_last_contiguous_3d", "_is_non_overlapping_and_dense_or_false",
+    "is_non_overlapping_and_dense", "compute_elementwise_output_logical_to_physical_perm",
+    "make_contiguous_strides_for",
+})
+
+
+def _layout_only(guard) -> bool:
+    """Whether ``guard`` (a ShapeGuard) comes from one of torch's :data:`LAYOUT_CHECKS`."""
+    import os
+
+    import torch
+
+    loc = getattr(getattr(guard, "sloc", None), "framework_loc", None)
+    name, path = getattr(loc, "name", None), getattr(loc, "filename", "") or ""
+    return name in LAYOUT_CHECKS and path.startswith(os.path.dirname(torch.__file__))
 
 
 def _trials(n: int, lower: int, upper) -> list[int]:
@@ -41,7 +69,8 @@ def refuse_narrow_guards(ep, names: dict, hints: dict, most: dict, run) -> None:
     for guard in env.guards:
         expr = guard.expr
         syms = [s for s in expr.free_symbols if s in names]
-        if not isinstance(expr, sympy.Eq) or len({names[s] for s in syms}) != 1:
+        if not isinstance(expr, sympy.Eq) or len({names[s] for s in syms}) != 1 \
+                or _layout_only(guard):
             # bounds are the reported range; an Ne guard (``S`` odd, from a slice's
             # end == size shortcut) names sizes taking another path to the same values
             continue
@@ -57,7 +86,9 @@ def refuse_narrow_guards(ep, names: dict, hints: dict, most: dict, run) -> None:
                 values.update({t: size for t in tied})
                 try:
                     holds = bool(expr.xreplace(values))
-                except TypeError:
+                except (TypeError, ZeroDivisionError):
+                    # not a number there (``Mod(2*B, B // 3)`` at B = 2): an earlier guard,
+                    # one making the divisor nonzero, fails at that size and is read itself
                     continue
                 if not holds and _runs(run, {names[s]: size}):
                     text = str(expr.xreplace({k: _named(v) for k, v in names.items()}))

@@ -1,6 +1,7 @@
 """ATen ops kept as leaves of a ``torch.export`` capture, whose output shapes torch.export
 cannot derive itself: ``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu`` (what ``nn.LSTM``/``GRU``/
-``RNN`` call), ``max_pool1d``, ``istft``, ``linalg_lstsq`` and ``_grouped_mm``.
+``RNN`` call), ``max_pool1d``, ``istft``, ``linalg_lstsq``, ``_grouped_mm`` and
+``_pad_circular`` (``F.pad(mode="circular")``).
 
 ``torch.export`` computes an op's output shapes on fake tensors, by the op's meta kernel or
 by running its decomposition. For these ops that fails or fixes a size:
@@ -12,6 +13,8 @@ by running its decomposition. For these ops that fails or fixes a size:
   unfolds its frames along the (maybe dynamic) frame axis;
 - ``linalg_lstsq`` is tagged ``dynamic_output_shape``: its residuals' size depends on the
   driver and, for 'gelsd'/'gelss', on the rank found at run time;
+- circular padding branches on the sign of each amount (an amount ``(3 - S % 3) % 3``, 0
+  at the example, pins ``S`` to multiples of 3);
 - ``_grouped_mm``'s meta kernel checks CUDA's rules (bfloat16 operands, a bfloat16
   ``out_dtype``) where the CPU kernel takes float32 too.
 
@@ -36,6 +39,11 @@ node holds, which torch.export refuses) and ``one_hot`` without a class count to
 ``t2n::one_hot`` (aten's kernel needs ``max(x) + 1`` as a Python int; the leaf's class
 axis is a size of its own that the data decides), and hands advanced-indexing calls to
 :mod:`t2n.capture.index_calls`, which rewrites those torch's fake kernel gets wrong.
+
+A size made a tensor (``torch.as_tensor(x.shape[0])``, ``torch.tensor(x.shape[-1],
+dtype=torch.float32)``) goes the same way: torch's factory reads the symbolic size as a
+number, fixing the axis; routed to ``aten::scalar_tensor``, which takes a symbolic scalar,
+the size stays an expression of the axis in the graph (what the trace records too).
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ for _name in ("gru", "rnn_tanh", "rnn_relu"):
                 "-> (Tensor, Tensor)")
 _LIB.define("max_pool1d(Tensor self, int[1] kernel_size, int[1] stride, int[1] padding, "
             "int[1] dilation, bool ceil_mode) -> Tensor")
+_LIB.define("_pad_circular(Tensor self, SymInt[] pad) -> Tensor")
 
 
 def _output(input, state, bidirectional):
@@ -226,6 +235,26 @@ def _one_hot_args(x, num_classes=-1):
     return (x, num_classes) if num_classes < 0 else None
 
 
+def _pad_circular_real(x, pad):
+    return torch._C._nn._pad_circular(x, pad)
+
+
+def _pad_circular_fake(x, pad):
+    """Each padded axis grows by its two amounts (a negative one crops); as aten's kernel,
+    an amount may wrap around the axis at most once."""
+    shape = list(x.shape)
+    for i in range(len(pad) // 2):
+        axis, before, after = x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1]
+        torch._check(before <= shape[axis] and after <= shape[axis],
+                     lambda: "Padding value causes wrapping around more than once.")
+        shape[axis] = shape[axis] + before + after
+    return x.new_empty(shape)
+
+
+_LIB.impl("_pad_circular", _pad_circular_real, "CompositeExplicitAutograd")
+torch.library.register_fake("t2n::_pad_circular", _pad_circular_fake, lib=_LIB)
+
+
 # --------------------------------------------------------------------------- routing
 # Each route takes a torch function's call (func, args, kwargs) and returns the leaf's
 # result, or None for a call its leaf does not take (left to torch, which then raises its
@@ -342,6 +371,38 @@ def _index(func, args, kwargs):
     return func(*index_calls.index_args(*args))
 
 
+def _symbolic_scalar(v) -> bool:
+    return isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _dtype(v):
+    """The dtype ``torch.tensor`` gives a Python scalar of ``v``'s kind."""
+    if isinstance(v, torch.SymBool):
+        return torch.bool
+    return torch.int64 if isinstance(v, torch.SymInt) else torch.get_default_dtype()
+
+
+def _circular(x=None, pad=(), mode="constant", value=None) -> bool:
+    """``pad(x, pad, mode, value)`` pads the tensor ``x`` circularly."""
+    return mode == "circular" and isinstance(x, torch.Tensor) and value is None \
+        and 0 < len(pad) <= 2 * x.dim() and len(pad) % 2 == 0
+
+
+def _scalar_tensor(func, args, kwargs):
+    """A symbolic size made a tensor: ``aten::scalar_tensor`` keeps it an expression."""
+    if len(args) != 1 or not _symbolic_scalar(args[0]) \
+            or not set(kwargs) <= {"dtype", "device"}:
+        return None
+    return torch.scalar_tensor(args[0], dtype=kwargs.get("dtype") or _dtype(args[0]),
+                               device=kwargs.get("device"))
+
+
+def _pad(func, args, kwargs):
+    if not _circular(*args, **kwargs):
+        return None
+    return torch.ops.t2n._pad_circular(args[0], list(args[1]))
+
+
 _ISTFT = inspect.signature(_istft_signature)
 _LSTSQ = inspect.signature(_lstsq_signature)
 _GROUPED_MM = inspect.signature(_grouped_mm_signature)
@@ -358,6 +419,8 @@ _ROUTES = {
     _VF._grouped_mm: _grouped_mm,
     torch.narrow: _narrow, torch.Tensor.narrow: _narrow,
     torch.nn.functional.one_hot: _one_hot,
+    torch.as_tensor: _scalar_tensor, torch.tensor: _scalar_tensor,
+    torch.nn.functional.pad: _pad, torch._C._nn.pad: _pad,
     **{f: _index for f in (torch.ops.aten.index, torch.ops.aten.index.Tensor,
                            torch.Tensor.__getitem__)},
 }
@@ -367,7 +430,8 @@ class Leaves(TorchFunctionMode):
     """Route the calls of :data:`_ROUTES` to their ``t2n::`` leaves while active: the
     recurrent ops (their unpacked form; the packed ``data, batch_sizes`` form is left to
     torch), ``max_pool1d``, ``istft``, ``linalg.lstsq``, ``_grouped_mm``, ``narrow`` with a
-    start tensor and ``one_hot`` without a class count; advanced indexing goes through
+    start tensor, ``one_hot`` without a class count and circular padding; a symbolic size
+    made a tensor to ``scalar_tensor``; advanced indexing goes through
     :mod:`t2n.capture.index_calls`."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):

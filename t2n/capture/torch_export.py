@@ -272,8 +272,11 @@ def _export_error(e: Exception, symbols, input_names, tensors=()) -> Exception:
             return UsageError("a dynamic axis has size 0 or 1 in the example inputs ("
                               + ", ".join(small) + "), which torch.export fixes: give "
                               "examples of size >= 2 on dynamic axes (or use capture='trace')")
-        return UsageError("a dynamic axis is frozen by the model: torch.export found that "
-                          f"the code needs a fixed size ({axes}): {first}")
+        error = UsageError("a dynamic axis is frozen by the model: torch.export found that "
+                           f"the code needs a fixed size ({axes}): {first}")
+        # the trace reads sizes its own way (the size probe), so it may keep the axis
+        error.another_capture_may_help = True
+        return error
     if data_dependent:
         error = TraceError("torch.export cannot capture the model: its Python control flow "
                            f"or a size depends on tensor values ({first})")

@@ -8,6 +8,7 @@ symbolic sizes (dynamic axes), which are written as tract dim expressions.
 from __future__ import annotations
 
 from t2n.walk.registry import aten, stores_integers
+from t2n.walk.tensors import known_equal
 
 
 def _reshape_target(g, self, shape):
@@ -49,7 +50,7 @@ def _symbolic_target(g, self, shape):
         # the -1 as the expression it stands for: the traced size would drop the symbols
         # (view(-1, 7, 7, C) of [B, 3, 3, 7, 7, C] is [9*B, 7, 7, C], not [9, ...])
         shape[shape.index(-1)] = int(rest) if rest.is_number else rest
-    elif sympy.simplify(numel - known) != 0:
+    elif not known_equal(numel, known):
         raise g.error(f"size: {list(shape)} holds {known} elements where the input holds "
                       f"{numel}: the model only works for the example sizes")
     return shape

@@ -25,6 +25,20 @@ def known_nonnegative(expr) -> bool:
     expr = sympy.sympify(expr)
     if _nonnegative_polynomial(expr):
         return True
+    if _at_corners(expr):
+        return True
+    # the corners lose the floors' integrality (4*floor((S+3)/4) - S, the padding of S to
+    # whole chunks of 4, is -1 at a corner): each remainder class of the symbols instead
+    from t2n.walk.dim_periodic import residue_classes
+
+    classes = residue_classes(expr)
+    return classes is not None and all(_nonnegative_polynomial(v) for _, v in classes)
+
+
+def _at_corners(expr) -> bool:
+    """The corner argument of the module's docstring."""
+    import sympy
+
     expr = expr.rewrite(sympy.floor)  # ceiling(x) = -floor(-x), Mod(a, k) = a - k*floor(a/k)
     floors = sorted(expr.atoms(sympy.floor), key=sympy.default_sort_key)
     if not floors or len(floors) > _MAX_FLOORS or expr.has(sympy.Max, sympy.Min) \

@@ -372,7 +372,12 @@ def _py_call(fn, args):
         return args[0] if _is_symbolic(args[0]) else float(args[0])
     if name in ("sym_int",):
         return args[0] if _is_symbolic(args[0]) else int(args[0])
-    return (_PY_FUNCS.get(fn) or fn)(*args)
+    out = (_PY_FUNCS.get(fn) or fn)(*args)
+    if _is_symbolic(out) and fn in (operator.floordiv, operator.mod):
+        from t2n.walk.dim_equal import tidy_size
+
+        return tidy_size(out)  # a chunk size: padded length // chunk count
+    return out
 
 
 def _unbacked_renamed(expr):
@@ -392,14 +397,17 @@ def _unbacked_renamed(expr):
 def _to_t2n(expr):
     """export's FloorDiv/Mod/CeilToInt in sympy expressions as plain sympy floor arithmetic
     (``a % b`` as ``a - b*floor(a/b)``, which sympy simplifies where its ``Mod`` stays
-    opaque: ``(S + (64 - S % 64) % 64) / 64`` is whole)."""
+    opaque: ``(S + (64 - S % 64) % 64) / 64`` is whole), in the one form
+    :func:`t2n.walk.dim_equal.tidy_size` gives each size (tract compares sizes by form)."""
     import sympy
     from torch.utils._sympy.functions import CeilToInt, FloorDiv, FloorToInt, Mod, PythonMod
 
-    return expr.replace(
+    from t2n.walk.dim_equal import tidy_size
+
+    return tidy_size(expr.replace(
         lambda e: isinstance(e, (FloorDiv, Mod, PythonMod, CeilToInt, FloorToInt)),
         lambda e: (sympy.floor(e.args[0] / e.args[1]) if isinstance(e, FloorDiv) else
                    e.args[0] - e.args[1] * sympy.floor(e.args[0] / e.args[1])
                    if isinstance(e, (Mod, PythonMod)) else
                    sympy.ceiling(e.args[0]) if isinstance(e, CeilToInt) else
-                   sympy.floor(e.args[0])))
+                   sympy.floor(e.args[0]))))

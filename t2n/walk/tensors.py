@@ -9,7 +9,9 @@ from typing import Any, Sequence
 
 import torch
 
-# sign proofs for size expressions, for mappings (the builder layer they may import)
+# sign and equality proofs for size expressions, for mappings (the builder layer they may
+# import)
+from t2n.walk.dim_equal import known_equal  # noqa: F401
 from t2n.walk.dim_sign import known_nonnegative  # noqa: F401
 
 Dim = Any  # int or sympy.Expr
