@@ -54,6 +54,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from t2n.capture import index_calls
+from t2n.errors import TraceError
 
 _VF = torch._C._VariableFunctions
 _ARGS = ("bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, "
@@ -403,6 +404,21 @@ def _pad(func, args, kwargs):
     return torch.ops.t2n._pad_circular(args[0], list(args[1]))
 
 
+def _packed(func, args, kwargs):
+    """A packed sequence: its data's length is the sum of the lengths' values, which no
+    fake tensor holds (torch.export fails deep inside ``nn.LSTM``, or maps ``.data`` to a
+    size it cannot bound); refused at once, saying why and which capture takes it."""
+    import traceback
+
+    from t2n.capture.torch_export import _user_line  # here: torch_export imports this module
+
+    where = _user_line("".join(traceback.format_stack()))  # the model's line, from the stack
+    error = TraceError("torch.export cannot capture packed sequences (pack_padded_sequence: "
+                       f"their sizes are the lengths' values){where}")
+    error.another_capture_may_help = True  # names capture='trace' and 'auto'
+    raise error
+
+
 _ISTFT = inspect.signature(_istft_signature)
 _LSTSQ = inspect.signature(_lstsq_signature)
 _GROUPED_MM = inspect.signature(_grouped_mm_signature)
@@ -419,6 +435,7 @@ _ROUTES = {
     _VF._grouped_mm: _grouped_mm,
     torch.narrow: _narrow, torch.Tensor.narrow: _narrow,
     torch.nn.functional.one_hot: _one_hot,
+    _VF._pack_padded_sequence: _packed,
     torch.as_tensor: _scalar_tensor, torch.tensor: _scalar_tensor,
     torch.nn.functional.pad: _pad, torch._C._nn.pad: _pad,
     **{f: _index for f in (torch.ops.aten.index, torch.ops.aten.index.Tensor,
