@@ -217,7 +217,7 @@ def test_scripted_control_flow_is_refused_by_the_trace_and_exported_by_export(tm
 def test_the_failing_line_is_found_when_torch_quotes_no_stack():
     """torch.export's message does not always quote the user's stack (it depends on what
     the process ran before): the line then comes from the exception's own traceback."""
-    from t2n.capture.torch_export import _user_line
+    from t2n.capture.user_frames import user_line
 
     def forward():
         raise RuntimeError("Could not guard on data-dependent expression Eq(u0, 1)")
@@ -225,7 +225,7 @@ def test_the_failing_line_is_found_when_torch_quotes_no_stack():
     try:
         forward()
     except RuntimeError as e:
-        where = _user_line(str(e), e)
+        where = user_line(str(e), e)
     assert where.startswith(" at test_capture_export.py:"), where
 
 

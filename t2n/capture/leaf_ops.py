@@ -54,6 +54,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from t2n.capture import index_calls
+from t2n.capture.user_frames import user_line
 from t2n.errors import TraceError
 
 _VF = torch._C._VariableFunctions
@@ -410,9 +411,7 @@ def _packed(func, args, kwargs):
     size it cannot bound); refused at once, saying why and which capture takes it."""
     import traceback
 
-    from t2n.capture.torch_export import _user_line  # here: torch_export imports this module
-
-    where = _user_line("".join(traceback.format_stack()))  # the model's line, from the stack
+    where = user_line("".join(traceback.format_stack()))  # the model's line, from the stack
     error = TraceError("torch.export cannot capture packed sequences (pack_padded_sequence: "
                        f"their sizes are the lengths' values){where}")
     error.another_capture_may_help = True  # names capture='trace' and 'auto'

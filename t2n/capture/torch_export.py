@@ -24,6 +24,7 @@ from t2n.errors import T2NError, TraceError, UsageError
 from t2n.capture.inplace_ops import functionalize_simple_writes
 from t2n.capture.model_mode import eval_mode
 from t2n.capture.leaf_ops import Leaves
+from t2n.capture.user_frames import user_line
 from t2n.capture.small_examples import confirm_on_example, size_oblivious, small_axes
 from t2n.stopwatch import timed
 
@@ -227,38 +228,10 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
     return ep
 
 
-def _user_line(text: str, e: BaseException | None = None) -> str:
-    """`` at file.py:LINE`` of the innermost frame of the user's code: named in ``text``
-    (torch.export's message quotes the user's stack when it has recorded one), else in the
-    traceback of ``e`` and its causes (non-strict export runs the model's own Python, so the
-    failing line is a frame there whatever torch's message holds)."""
-    import os
-    import re
-    import sys
-    import traceback
-
-    # frameworks' own frames, by their package directories (a user's checkout may well sit
-    # in a directory named t2n or torch), and generated code (<string>, <eval_with_key>)
-    libs = tuple(os.path.dirname(m.__file__) + os.sep for m in
-                 (sys.modules.get(n) for n in ("t2n", "torch", "transformers"))
-                 if m is not None and getattr(m, "__file__", None))
-
-    def users(frames):
-        return [(p, n) for p, n in frames if not p.startswith(libs) and not p.startswith("<")]
-
-    frames = users(re.findall(r'File "([^"]+)", line (\d+)', text))
-    seen = set()
-    while not frames and e is not None and id(e) not in seen:
-        seen.add(id(e))
-        frames = users([(f.filename, f.lineno) for f in traceback.extract_tb(e.__traceback__)])
-        e = e.__cause__ or e.__context__
-    return f" at {os.path.basename(frames[-1][0])}:{frames[-1][1]}" if frames else ""
-
-
 def _export_error(e: Exception, symbols, input_names, tensors=()) -> Exception:
     text = str(e).strip()
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
-    first = first[:400] + _user_line(text, e)
+    first = first[:400] + user_line(text, e)
     name = type(e).__name__
     # a value read from a tensor ("Could not extract specialized integer from data-dependent
     # expression u0") is no dynamic axis, whatever words it shares with a frozen one's
@@ -314,4 +287,4 @@ def _runs_on_the_example(model, binding) -> None:
         text = str(e).strip().splitlines()
         raise TraceError("the model failed on the example inputs: "
                          f"{type(e).__name__}: {text[0] if text else ''}"
-                         f"{_user_line(str(e), e)}") from e
+                         f"{user_line(str(e), e)}") from e
