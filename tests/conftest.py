@@ -141,31 +141,13 @@ def capture(request, monkeypatch):
     ``export_graph`` (as ``t2n.api``'s or the package's names) default to this capture.
     Modules opt in with ``pytestmark = pytest.mark.usefixtures("capture")``; a test may also
     take ``capture``."""
-    import t2n
-    import t2n.api as api
-
-    def defaulting(fn):
-        def call(*args, **kwargs):
-            kwargs.setdefault("capture", request.param)
-            return fn(*args, **kwargs)
-        return call
-
-    for name in ("export", "export_graph"):
-        wrapped = defaulting(getattr(api, name))
-        monkeypatch.setattr(api, name, wrapped)
-        monkeypatch.setattr(t2n, name, wrapped, raising=False)
+    _default_capture(monkeypatch, request.param)
     return request.param
 
 
-@pytest.fixture(autouse=True)
-def _suite_capture(monkeypatch):
-    """``T2N_TEST_CAPTURE=export`` (or ``auto``) runs a suite through that capture: every
-    ``t2n.export`` / ``export_graph`` call that does not choose a capture itself gets it (as
-    CI runs the model suites with the capture that is to become the default). A test that
-    names its capture, and the ``capture`` fixture's two runs, keep theirs."""
-    chosen = os.environ.get("T2N_TEST_CAPTURE")
-    if not chosen:
-        return
+def _default_capture(monkeypatch, chosen: str) -> None:
+    """``t2n.export`` and ``export_graph`` (``t2n.api``'s and the package's names: the
+    package keeps the function it first handed out) default to ``chosen``."""
     import t2n
     import t2n.api as api
 
@@ -179,6 +161,17 @@ def _suite_capture(monkeypatch):
         wrapped = defaulting(getattr(api, name))
         monkeypatch.setattr(api, name, wrapped)
         monkeypatch.setattr(t2n, name, wrapped, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _suite_capture(monkeypatch):
+    """``T2N_TEST_CAPTURE=trace`` (or ``export``, ``auto``) runs a suite through that
+    capture: every ``t2n.export`` / ``export_graph`` call that does not choose a capture
+    itself gets it. A test that names its capture, and the ``capture`` fixture's two runs,
+    keep theirs."""
+    chosen = os.environ.get("T2N_TEST_CAPTURE")
+    if chosen:
+        _default_capture(monkeypatch, chosen)
 
 
 @pytest.fixture(scope="session", autouse=True)
