@@ -98,8 +98,8 @@ class Export:
 STRATEGIES = {"trace": Trace(), "torchscript": SavedTorchScript(), "export": Export()}
 
 
-# what a user chooses (capture=, --capture; "trace" by default); None picks by the model's
-# kind (:func:`default_capture`), the choice meant to become the default (docs/capture.md)
+# what a user chooses (capture=, --capture); None, the default, picks by the model's kind
+# (:func:`default_capture`: torch.export for a Python module; docs/capture.md)
 CHOICES = {"export": "torch.export", "trace": "torch.jit.trace",
            "auto": "torch.export, else torch.jit.trace saying why"}
 USED = {**CHOICES, "torchscript": "the ScriptModule's own TorchScript graph"}
