@@ -159,8 +159,10 @@ def _default_capture(monkeypatch, chosen: str) -> None:
 
     for name in ("export", "export_graph"):
         wrapped = defaulting(getattr(api, name))
-        monkeypatch.setattr(api, name, wrapped)
+        # the package's name first: reading it may resolve it lazily from t2n.api, which
+        # must still hold the real function then, or the undo would restore the wrapper
         monkeypatch.setattr(t2n, name, wrapped, raising=False)
+        monkeypatch.setattr(api, name, wrapped)
 
 
 @pytest.fixture(autouse=True)
