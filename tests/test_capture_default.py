@@ -106,3 +106,18 @@ def test_a_model_computing_in_numpy_is_refused_at_capture(tmp_path):
                    capture=None)
     assert "cli_models.py:" in str(info.value), str(info.value)
     assert not (tmp_path / "n.nnef.tgz").exists()
+
+
+def test_a_test_fixtures_capture_does_not_outlive_its_test():
+    """tests/conftest.py's capture fixtures patch ``t2n.export``, a name the package
+    resolves lazily from ``t2n.api``: the undo must restore the real function, or every
+    later test of the worker would run the fixture's capture instead of the default."""
+    import t2n.api as api
+    from conftest import _default_capture
+
+    vars(t2n).pop("export", None)  # as in a fresh worker: the name not yet resolved
+    patch = pytest.MonkeyPatch()
+    _default_capture(patch, "trace")
+    assert t2n.export is api.export and api.export.__name__ == "call"  # the wrapper
+    patch.undo()
+    assert t2n.export is api.export and api.export.__name__ == "export"
