@@ -19,12 +19,15 @@ def test_objects_before_the_block_are_frozen_within_it_only():
 
 
 def test_a_callers_freeze_is_left_alone():
+    """Neither thawed (the count would fall to 0) nor frozen again (the young lists would
+    join it); the count may fall a little: frozen objects other threads release leave it."""
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
+        young = [[] for _ in range(1000)]  # noqa: F841 (what a second freeze would take)
         with collect_young_only():
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
+            assert 0 < gc.get_freeze_count() <= frozen
+        assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
 
