@@ -39,13 +39,12 @@ def size_oblivious(active: bool):
     return fx_config.patch(backed_size_oblivious=True)
 
 
-def confirm_on_example(ep, flat, tensors, small: list[str]) -> None:
+def confirm_on_example(ep, expected: list, tensors, small: list[str]) -> None:
     """Refuse a size-oblivious capture whose program, run on the example, does not give
     every node the shape its recorded symbolic shape has at the example's sizes (a
     ``squeeze`` of an axis of 1 recorded as a no-op, the other side of a branch on a
     size of 1), or not the model's outputs."""
-    with torch.no_grad():
-        expected = flat(*tensors)
+    with torch.no_grad():  # ``expected``: the model's own flattened outputs on the example
         checker = _ShapesAtTheExample(ep.module())
         got = checker.run(*tensors)
     got = list(got) if isinstance(got, (list, tuple)) else [got]

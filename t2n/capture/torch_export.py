@@ -193,7 +193,7 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
                          "exported with capture='trace')")
     with eval_mode(model), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _runs_on_the_example(model, binding)  # torch.export's fake tensors check less
+        outputs = _runs_on_the_example(model, binding)  # fake tensors check less
         small = small_axes(symbols, binding.tensors, input_names) if symbols else []
         try:
             flat = _Flat(model, binding)
@@ -207,7 +207,8 @@ def capture_export(model, binding, symbols: dict[int, dict[int, str]], input_nam
                 raise
             raise _export_error(e, symbols, input_names, binding.tensors) from e
         if small:  # a size of 1 captured as any size: the program must still be the model's
-            confirm_on_example(ep, flat, _distinct(binding.tensors), small)
+            confirm_on_example(ep, model_io.flatten(outputs)[1], _distinct(binding.tensors),
+                               small)
         frozen, ranges = _frozen_axes(ep, symbols, input_names)
         if frozen:
             raise UsageError("the model fixes dynamic axes to their example size (torch."
@@ -274,13 +275,13 @@ def _quiet_torch():
         torch_log.setLevel(level)
 
 
-def _runs_on_the_example(model, binding) -> None:
-    """Run ``model`` on the example inputs (eval mode, no grad) before torch.export: a
-    model PyTorch cannot run on them is refused with its own error, as the trace refuses
-    it (torch.export's fake tensors let some through: an int64 input to a float
-    ``nn.Linear``), and a failure of torch.export afterwards is torch.export's own."""
+def _runs_on_the_example(model, binding):
+    """The outputs of ``model`` run on the example inputs (eval mode, no grad) before
+    torch.export: a model PyTorch cannot run on them is refused with its own error, as the
+    trace refuses it (torch.export's fake tensors let some through: an int64 input to a
+    float ``nn.Linear``), and a failure of torch.export afterwards is torch.export's own."""
     try:
-        binding.call(model)
+        return binding.call(model)
     except T2NError:
         raise
     except Exception as e:
