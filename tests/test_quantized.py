@@ -427,3 +427,55 @@ def test_quantize_per_tensor_rounds_far_values_and_ties(tmp_path):
         t2n.export(Q(dtype, zp).eval(), (x,), out)
         assert np.array_equal(run_in_tract(str(out), [x.numpy()])[0], Q(dtype, zp)(x).numpy()), \
             (dtype, zp)
+
+
+def test_depthwise_float_sums_keep_the_multiplier_out_of_the_kernel(tmp_path):
+    """The grouped route relies on tract keeping the requantization's per-channel multiply
+    after the float conv (tract 0.23.9 folds such a multiply into the kernel for
+    ungrouped convolutions only): folded, or merely applied before the bias, products
+    rounded at the output's scale round some outputs the other way. tract's integers are
+    compared with the x86 requantization computed here from exact sums, float32 op for
+    float op, on 2.4 M outputs spanning the 8-bit range (PyTorch's own depthwise kernel
+    is compared in the tests above)."""
+    import numpy as np
+
+    from t2n.check.tract_runner import run_in_tract
+
+    torch.manual_seed(0)
+    c, xs, x0, out_scale, out_zp = 64, 0.02, 128, 0.04, 128
+    w = torch.randn(c, 1, 3, 3)
+    scales = (w.abs().flatten(1).amax(1) / 127).double()
+    qw = torch.quantize_per_channel(w, scales, torch.zeros(c, dtype=torch.long), 0,
+                                    torch.qint8)
+    bias = torch.randn(c)
+
+    class Depthwise(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.ao.nn.quantized.Conv2d(c, c, 3, padding=1, groups=c)
+            self.conv.set_weight_bias(qw, bias)
+            self.conv.scale, self.conv.zero_point = out_scale, out_zp
+
+        def forward(self, x):
+            return torch.dequantize(self.conv(torch.quantize_per_tensor(x, xs, x0,
+                                                                        torch.quint8)))
+
+    old = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "x86"
+    try:
+        m = Depthwise().eval()
+        x = torch.rand(1, c, 192, 192) * 5.1 - 2.56
+        out = tmp_path / "dw.nnef.tar"
+        r = t2n.export(m, (x,), out, capture="trace")
+    finally:
+        torch.backends.quantized.engine = old
+    assert r.op_histogram.get("conv") == 1, r.op_histogram
+    q = torch.quantize_per_tensor(x, xs, x0, torch.quint8).int_repr().double() - x0
+    acc = torch.nn.functional.conv2d(q, qw.int_repr().double(), padding=1, groups=c)
+    combined = qw.q_per_channel_scales().float() * torch.tensor(xs, dtype=torch.float32)
+    y = acc.float() + (bias / combined).reshape(1, c, 1, 1)
+    y = y * (combined / torch.tensor(out_scale, dtype=torch.float32)).reshape(1, c, 1, 1)
+    ref = (torch.clamp(torch.round(y) + out_zp, 0, 255) - out_zp) * out_scale
+    assert torch.unique(ref).numel() > 200  # the outputs use the 8-bit range
+    got = run_in_tract(str(out), [x.numpy()])[0]
+    assert int((got != ref.numpy()).sum()) == 0, int((got != ref.numpy()).sum())
