@@ -20,12 +20,17 @@ _SHIFT = 1.5 * 2 ** 23
 _EXACT_BELOW = 2 ** 22
 
 
-def rounded_plus(g, y, offset: int, clamped_to: tuple[int, int]):
+def rounded_plus(g, y, offset, clamped_to: tuple[int, int]):
     """``round_half_even(y) + offset`` of float32 ``y``, to be clamped to ``clamped_to``
     right after (the caller's clamp); ``tract_core_round_even`` where the range is too
-    wide for the additions."""
+    wide for the additions. ``offset`` is an integer, or a float32 tensor of integers
+    within ``clamped_to`` (a zero point computed at run time)."""
     f32 = torch.float32
-    if max(abs(clamped_to[0]), abs(clamped_to[1]), abs(offset)) >= _EXACT_BELOW:
+    known = not hasattr(offset, "shape")
+    if max(abs(clamped_to[0]), abs(clamped_to[1]), abs(offset) if known else 0) >= _EXACT_BELOW:
         y = g.op("tract_core_round_even", y)
-        return g.binary("add", y, float(offset), f32) if offset else y
-    return g.binary("add", g.binary("add", y, _SHIFT, f32), float(offset) - _SHIFT, f32)
+        if known:
+            return g.binary("add", y, float(offset), f32) if offset else y
+        return g.binary("add", y, offset, f32)
+    shifted_back = float(offset) - _SHIFT if known else g.binary("sub", offset, _SHIFT, f32)
+    return g.binary("add", g.binary("add", y, _SHIFT, f32), shifted_back, f32)
