@@ -54,6 +54,10 @@ class QuantizedValues:
     steps: dict[int, float] = field(default_factory=dict)  # id(output) -> its quantization step
     # id(weight computed in the graph) -> its largest magnitude (t2n.walk.quant_steps)
     bounds: dict[int, float] = field(default_factory=dict)
+    # id(quantized tensor) -> the same integers as exact float32, where the mapping that
+    # made it computed them (a requantization's clamp): float consumers read these
+    # instead of casting the integers back
+    as_float: dict[int, Any] = field(default_factory=dict)
     count: int = 0  # labels of the constants the quantized mappings store
 
     def label(self, kind: str) -> str:

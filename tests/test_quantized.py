@@ -66,10 +66,12 @@ def _eager_int8(engine, per_channel=True):
     return tq.convert(_calibrated(tq.prepare(m), (2, 3, 8, 8)))
 
 
-def _assert_int8(result):
+def _assert_int8(result, grouped=0):
+    """int8 products in tract's qconv; a grouped convolution's exact integer sums in its
+    float conv (``grouped`` of them); no product of dequantized floats left."""
     ops = result.op_histogram
     assert ops.get("tract_core_qconv", 0) >= 1, ops
-    assert "conv" not in ops and "matmul" not in ops, ops  # no float product left
+    assert ops.get("conv", 0) == grouped and "matmul" not in ops, ops
 
 
 @pytest.mark.parametrize("per_channel", [True, False])
@@ -84,8 +86,9 @@ def test_eager_static_conv_net(tmp_path, engine, per_channel):
     near = {"atol": 5 * qm.fc.scale} if engine == "qnnpack" else {}
     r = t2n.export(qm, (x,), tmp_path / "q.nnef.tgz", check=True, **near)
     assert r.passed
-    assert r.op_histogram["tract_core_qconv"] == 4  # three convs and the linear layer
-    _assert_int8(r)
+    # two convs and the linear layer; c3 (groups=2) sums its integers in a float conv
+    assert r.op_histogram["tract_core_qconv"] == 3
+    _assert_int8(r, grouped=1)
     # saturating inputs too. x86 runs per-tensor convolutions through oneDNN, whose own
     # requantization rounds differently in a few places: those LSB differences compound
     # over the layers to about two steps of the output (per-channel goes through fbgemm,
@@ -121,7 +124,7 @@ def test_fx_static_net(tmp_path, engine):
     q = convert_fx(_calibrated(p, (2, 3, 16, 16)))
     r = t2n.export(q, ex, tmp_path / "fx.nnef", check=True)
     assert r.passed
-    _assert_int8(r)
+    _assert_int8(r, grouped=1)  # c2, groups=4
 
 
 def test_dynamic_linear(tmp_path, engine):
@@ -338,3 +341,141 @@ def test_quantized_averages_round_as_pytorch_at_ties(tmp_path, op, layout, captu
     out = tmp_path / "a.nnef.tar"
     t2n.export(A().eval(), (x,), out, capture=capture)  # (the fixture patches t2n.api.export)
     assert np.array_equal(run_in_tract(str(out), [x.numpy()])[0], A()(x).numpy())
+
+
+class _GroupedNet(torch.nn.Module):
+    """Grouped quantized convolutions: depthwise 3x3 (1-D, 2-D and 3-D), 2 groups strided
+    and dilated, and 2 groups of 520 channels whose float sums could leave float32's exact
+    integers once its weights are pushed to +-127 (it stays in tract's qconv)."""
+
+    def __init__(self, three_d: bool):
+        super().__init__()
+        self.three_d = three_d
+        self.d1 = torch.nn.Conv1d(8, 8, 3, padding=1, groups=8)
+        self.d2 = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.d3 = torch.nn.Conv3d(8, 8, 3, padding=1, groups=8)
+        self.g2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=2, dilation=2, groups=2)
+        self.wide = torch.nn.Conv2d(1040, 4, 1, groups=2)
+
+    def forward(self, x1, x2, xw, *x3):
+        y2 = torch.relu(self.d2(x2))
+        outs = (self.d1(x1), y2, self.g2(y2), self.wide(xw))
+        return outs + (self.d3(x3[0]),) if self.three_d else outs
+
+
+@pytest.mark.parametrize("engine_name", ["x86", "qnnpack"])
+def test_grouped_quantized_convs_integers_equal_pytorch(tmp_path, engine_name):
+    """A grouped convolution's int32 sums from tract's float conv (helpers/grouped_int8.py)
+    equal PyTorch's, weights at the int8 extremes included; one whose sums could reach
+    2**24 stays in qconv. Every integer is compared, on fresh inputs beyond the calibrated
+    range too (clamped at 0 and 255)."""
+    import numpy as np
+
+    from t2n.check.tract_runner import run_in_tract
+
+    old = torch.backends.quantized.engine
+    torch.backends.quantized.engine = engine_name
+    try:
+        torch.manual_seed(0)
+        m = _GroupedNet(three_d=engine_name == "x86").eval()  # QNNPACK has no 3-D conv
+        with torch.no_grad():  # extreme weights: every |w| of some channels is 127 or 128
+            m.wide.weight.copy_(torch.sign(torch.randn_like(m.wide.weight)))
+            m.d2.weight[:4] = torch.sign(torch.randn_like(m.d2.weight[:4]))
+        shapes = [(2, 8, 12), (2, 8, 9, 9), (1, 1040, 2, 2)] + \
+            ([(1, 8, 5, 5, 5)] if engine_name == "x86" else [])
+        ex = tuple(torch.randn(s) for s in shapes)
+        p = prepare_fx(m, tq.get_default_qconfig_mapping(engine_name), ex)
+        with torch.no_grad():
+            for _ in range(4):
+                p(*(torch.randn(s) for s in shapes))
+        q = convert_fx(p)
+        out = tmp_path / "g.nnef.tar"
+        r = t2n.export(q, ex, out)
+        assert r.op_histogram["conv"] == len(shapes) and \
+            r.op_histogram["tract_core_qconv"] == 1, \
+            r.op_histogram
+        for k in range(4):
+            xs = [torch.randn(s) * (1 + 2 * (k % 2)) for s in shapes]
+            got = run_in_tract(str(out), [x.numpy() for x in xs])
+            for i, (a, b) in enumerate(zip(got, q(*xs))):
+                assert np.array_equal(a, b.numpy()), (engine_name, k, i)
+    finally:
+        torch.backends.quantized.engine = old
+
+
+def test_quantize_per_tensor_rounds_far_values_and_ties(tmp_path):
+    """Rounding half to even by float32 additions (helpers/round_by_adds.py) at exact ties
+    of every magnitude up to the 8-bit range and beyond 2**22 steps (clamped, as PyTorch
+    clamps), for quint8 and qint8."""
+    import numpy as np
+
+    from t2n.check.tract_runner import run_in_tract
+
+    class Q(torch.nn.Module):
+        def __init__(self, dtype, zp):
+            super().__init__()
+            self.dtype, self.zp = dtype, zp
+
+        def forward(self, x):
+            return torch.dequantize(torch.quantize_per_tensor(x, 0.25, self.zp, self.dtype))
+
+    halves = (torch.arange(-600, 600) + 0.5) * 0.25  # x / scale = k + 0.5, exactly
+    far = torch.tensor([2.0 ** 20, 2.0 ** 21 + 0.5, 2.0 ** 22, 3e6, 2.0 ** 23, 1e9, 3e38])
+    x = torch.cat([halves, far, -far, torch.randn(4000) * 40]).reshape(1, -1)
+    for dtype, zp in ((torch.quint8, 7), (torch.qint8, 0), (torch.qint8, -3)):
+        out = tmp_path / f"q{zp}.nnef.tar"
+        t2n.export(Q(dtype, zp).eval(), (x,), out)
+        assert np.array_equal(run_in_tract(str(out), [x.numpy()])[0], Q(dtype, zp)(x).numpy()), \
+            (dtype, zp)
+
+
+def test_depthwise_float_sums_keep_the_multiplier_out_of_the_kernel(tmp_path):
+    """The grouped route relies on tract keeping the requantization's per-channel multiply
+    after the float conv (tract 0.23.9 folds such a multiply into the kernel for
+    ungrouped convolutions only): folded, or merely applied before the bias, products
+    rounded at the output's scale round some outputs the other way. tract's integers are
+    compared with the x86 requantization computed here from exact sums, float32 op for
+    float op, on 2.4 M outputs spanning the 8-bit range (PyTorch's own depthwise kernel
+    is compared in the tests above)."""
+    import numpy as np
+
+    from t2n.check.tract_runner import run_in_tract
+
+    torch.manual_seed(0)
+    c, xs, x0, out_scale, out_zp = 64, 0.02, 128, 0.04, 128
+    w = torch.randn(c, 1, 3, 3)
+    scales = (w.abs().flatten(1).amax(1) / 127).double()
+    qw = torch.quantize_per_channel(w, scales, torch.zeros(c, dtype=torch.long), 0,
+                                    torch.qint8)
+    bias = torch.randn(c)
+
+    class Depthwise(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.ao.nn.quantized.Conv2d(c, c, 3, padding=1, groups=c)
+            self.conv.set_weight_bias(qw, bias)
+            self.conv.scale, self.conv.zero_point = out_scale, out_zp
+
+        def forward(self, x):
+            return torch.dequantize(self.conv(torch.quantize_per_tensor(x, xs, x0,
+                                                                        torch.quint8)))
+
+    old = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "x86"
+    try:
+        m = Depthwise().eval()
+        x = torch.rand(1, c, 192, 192) * 5.1 - 2.56
+        out = tmp_path / "dw.nnef.tar"
+        r = t2n.export(m, (x,), out, capture="trace")
+    finally:
+        torch.backends.quantized.engine = old
+    assert r.op_histogram.get("conv") == 1, r.op_histogram
+    q = torch.quantize_per_tensor(x, xs, x0, torch.quint8).int_repr().double() - x0
+    acc = torch.nn.functional.conv2d(q, qw.int_repr().double(), padding=1, groups=c)
+    combined = qw.q_per_channel_scales().float() * torch.tensor(xs, dtype=torch.float32)
+    y = acc.float() + (bias / combined).reshape(1, c, 1, 1)
+    y = y * (combined / torch.tensor(out_scale, dtype=torch.float32)).reshape(1, c, 1, 1)
+    ref = (torch.clamp(torch.round(y) + out_zp, 0, 255) - out_zp) * out_scale
+    assert torch.unique(ref).numel() > 200  # the outputs use the 8-bit range
+    got = run_in_tract(str(out), [x.numpy()])[0]
+    assert int((got != ref.numpy()).sum()) == 0, int((got != ref.numpy()).sum())

@@ -5,8 +5,9 @@ A quantized tensor is its integer representation in the graph (u8 for ``quint8``
 ``g.qparams`` (ops that keep them, such as reshapes and max pooling, are followed back to
 the tensor that has them). The int8 work runs in tract's quantized convolution,
 ``tract_core_qconv`` (``a`` = filter, ``b`` = input; its int8 x int8 -> int32 kernels):
-convolutions directly, linear layers as 1-wide 1-D convolutions. It returns the exact int32
-sums (every scale 1); the requantization then follows PyTorch's kernels in float
+convolutions directly, linear layers as 1-wide 1-D convolutions (grouped convolutions sum
+their integers in tract's faster float conv where that is exact: helpers/grouped_int8.py).
+It returns the exact int32 sums (every scale 1); the requantization then follows PyTorch's kernels in float
 (``acc * x_scale * w_scale[c] + bias``, divided by the output scale, rounded half to even),
 which makes the integers equal to PyTorch's on the models tested (tract's own fixed-point
 requantization differs by one step here and there). Per-channel weights carry their
@@ -15,7 +16,9 @@ PyTorch's min/max rule (7 bits on x86/fbgemm) and scale the int32 sums in float 
 does. Element-wise quantized ops (add, cat, batch norm, activations) dequantize, compute in
 float and requantize to their output parameters; averaging pools round the average of the
 integers (or, where the running torch's kernel does, the average minus the zero point) half
-to even, as PyTorch does.
+to even, as PyTorch does. Rounding half to even is two float32 additions where an 8-bit
+clamp follows (helpers/round_by_adds.py), and a requantized tensor keeps its clamped float
+beside it, so float consumers (a residual add, a pool) skip the cast back.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from t2n.mappings.helpers.dynamic_quant import (DynamicInt8Products, dynamic_lin
                                                weight_parts)
 from t2n.mappings.helpers.quantize_rounding import (average_rounded_off_zero_point,
                                                     zero_point_rounded_with_product)
+from t2n.mappings.helpers.grouped_int8 import float_sums_exact, grouped_sums_in_float
 from t2n.mappings.helpers.recurrence import FLOAT_PRODUCTS, layers
+from t2n.mappings.helpers.round_by_adds import rounded_plus
 from t2n.mappings.helpers.memory_format import channels_last_contiguous
 from t2n import dtypes
 from t2n.walk.registry import aten, lookup, own_shapes, quantized_variant
@@ -86,9 +91,19 @@ def _quantize(g, x, scale, zero_point, qdtype, relu=False):
     return _rounded_to(g, y, scale, zero_point, qdtype, relu)
 
 
+def integers_as_float(g, q):
+    """The integers of quantized ``q`` as float32: the float the requantization that made
+    ``q`` clamped (the same numbers, exactly) when there is one, so that a consumer in
+    float (a residual add, a pool) costs no cast back and the cast to 8 bits is dropped
+    when no integer op reads it; else a cast."""
+    twin = g.session.quantized.as_float.get(id(q))
+    return twin if twin is not None else g.op("tract_core_cast", q, to="f32",
+                                              out_dtype=torch.float32)
+
+
 def dequantize_tensor(g, q, dtype=torch.float32):
     scale, zp = qparams(g, q)
-    x = g.op("tract_core_cast", q, to="f32", out_dtype=torch.float32)
+    x = integers_as_float(g, q)
     if zp:
         x = g.binary("sub", x, float(zp), torch.float32)
     x = g.binary("mul", x, float(scale), torch.float32)
@@ -179,11 +194,16 @@ def _qconv(g, x, wq: torch.Tensor, bias, stride, padding, dilation, groups, out_
         length = x.shape[2 + i]
         k = wi.shape[2 + i]
         spatial.append((length + 2 * padding[i] - dilation[i] * (k - 1) - 1) // stride[i] + 1)
-    acc = g.op("tract_core_qconv", x, w, g.const(torch.zeros((), dtype=torch.int32)),
-               group=groups, groups=groups, dilation=list(dilation), stride=list(stride),
-               padding=[(p, p) for p in padding], border="constant", a0=a0, a_scale=1.0,
-               b0=int(x_zp), b_scale=1.0, c0=0, c_scale=1.0, output_dt="i32",
-               out_dtype=torch.int32, out_shape=[x.shape[0], wi.shape[0]] + spatial)
+    out_shape = [x.shape[0], wi.shape[0]] + spatial
+    if groups > 1 and out_scale is not None and float_sums_exact(wi, a0, _RANGE[x.dtype]):
+        acc = grouped_sums_in_float(g, integers_as_float(g, x), w, a0, x_zp, groups, dilation,
+                                    stride, padding, out_shape)
+    else:
+        acc = g.op("tract_core_qconv", x, w, g.const(torch.zeros((), dtype=torch.int32)),
+                   group=groups, groups=groups, dilation=list(dilation), stride=list(stride),
+                   padding=[(p, p) for p in padding], border="constant", a0=a0, a_scale=1.0,
+                   b0=int(x_zp), b_scale=1.0, c0=0, c_scale=1.0, output_dt="i32",
+                   out_dtype=torch.int32, out_shape=out_shape)
     if out_scale is None:
         return acc, per
     shape = [1, -1] + [1] * n
@@ -228,7 +248,8 @@ def _requantized_sums(g, acc, w_scales, x_scale, bias, shape, out_scale, out_zp,
     if engine == "qnnpack":
         if bias is not None:
             bq = torch.round(bias.detach().float() / combined).to(torch.int32)
-            acc = g.binary("add", acc, g.const(bq.reshape(shape)), torch.int32)
+            acc = g.binary("add", g.cast(acc, torch.int32), g.const(bq.reshape(shape)),
+                           torch.int32)
         y = g.cast(acc, torch.float32)
     else:
         y = g.cast(acc, torch.float32)
@@ -246,12 +267,11 @@ def _rounded_to(g, y, scale, add_zero_point, qdtype, relu=False, zero_point=None
     after it)."""
     zero_point = add_zero_point if zero_point is None else zero_point
     lo, hi = _RANGE[qdtype]
-    y = g.op("tract_core_round_even", y)
-    if add_zero_point:
-        y = g.binary("add", y, float(add_zero_point), torch.float32)
+    y = rounded_plus(g, y, int(add_zero_point), (lo, hi))
     y = g.op("clamp", y, float(max(lo, zero_point) if relu else lo), float(hi))
-    y = g.op("tract_core_cast", y, to=dtypes.tract_name(qdtype), out_dtype=qdtype)
-    return set_qparams(g, y, scale, zero_point)
+    q = g.op("tract_core_cast", y, to=dtypes.tract_name(qdtype), out_dtype=qdtype)
+    g.session.quantized.as_float[id(q)] = y
+    return set_qparams(g, q, scale, zero_point)
 
 
 def _packed_conv(g, packed, what):
@@ -269,6 +289,17 @@ def quantized_conv(g, qx, packed_weight, output_scale, output_zero_point):
     relu = g.node.op.endswith("_relu")
     return _qconv(g, qx, w, bias, stride, padding, dilation, groups, output_scale,
                   output_zero_point, qx.dtype, "conv", relu=relu)
+
+
+@aten("quantized::conv1d", "quantized::conv1d_relu")
+def quantized_conv1d(g, qx, packed_weight, output_scale, output_zero_point):
+    """PyTorch packs a 1-D convolution as a 2-D one over a height of 1 (weight ``[O, I/g,
+    1, k]``, stride, padding and dilation ``[1, s]``, ``[0, p]``, ``[1, d]``): so is it
+    run here, on the input with that height added."""
+    w, bias, stride, padding, dilation, groups = _packed_conv(g, packed_weight, "weight")
+    y = _qconv(g, g.unsqueeze(qx, [2]), w, bias, stride, padding, dilation, groups,
+               output_scale, output_zero_point, qx.dtype, "conv", relu=g.node.op.endswith("_relu"))
+    return g.squeeze(y, [2])
 
 
 def _as_rows(g, x):
@@ -473,18 +504,16 @@ def averaging_on_integers(g, self, *args):
     scale, zp = qparams(g, self)
     lo, hi = _RANGE[self.dtype]
     name = g.node.op.removeprefix("aten::")
-    x = g.op("tract_core_cast", self, to="f32", out_dtype=torch.float32)
-    f = _float_call(g, name, x, *args)
+    f = _float_call(g, name, integers_as_float(g, self), *args)
     probe = name + " global" if name.startswith("adaptive") and _all_ones(args[0]) else name
     channels = self.shape[1] if self.rank >= 2 and isinstance(self.shape[1], int) else None
     offset = average_rounded_off_zero_point(probe, self.rank, _channels_last(g, self),
                                             channels) if zp else False
     offset = offset if isinstance(offset, tuple) else (offset,)
-    plain = None if all(offset) else g.op("tract_core_round_even", f)
+    plain = None if all(offset) else rounded_plus(g, f, 0, (lo, hi))
     y = plain
     if any(offset):  # round(f - zp) + zp
-        y = g.binary("add", g.op("tract_core_round_even", g.binary(
-            "sub", f, float(zp), torch.float32)), float(zp), torch.float32)
+        y = rounded_plus(g, g.binary("sub", f, float(zp), torch.float32), zp, (lo, hi))
         if plain is not None:  # only some channels (PyTorch's vector lanes) round so
             mask = torch.tensor(offset).reshape([1, len(offset)] + [1] * (self.rank - 2))
             y = g.op("select", g.const(mask), y, plain, out_dtype=torch.float32)

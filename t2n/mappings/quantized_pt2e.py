@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from t2n import dtypes
+from t2n.mappings.helpers.round_by_adds import rounded_plus
 from t2n.walk.registry import aten, stores_integers
 
 _NS = "quantized_decomposed::"
@@ -66,7 +67,10 @@ def _step(v) -> float | None:
 def _rounded(g, y, zero_point, quant_min, quant_max, dtype):
     """``clamp(round_half_even(y) + zero_point, quant_min, quant_max)`` as ``dtype``."""
     ft = y.dtype  # float32, or float64 where PyTorch computes in it (float64 scales)
-    y = g.binary("add", _round_half_even(g, y), g.cast(zero_point, ft), ft)
+    if ft == torch.float32:  # zero points lie within [quant_min, quant_max]
+        y = rounded_plus(g, y, g.cast(zero_point, ft), (quant_min, quant_max))
+    else:
+        y = g.binary("add", _round_half_even(g, y), g.cast(zero_point, ft), ft)
     y = g.binary("min", g.binary("max", y, g.const(float(quant_min), ft), ft),
                  g.const(float(quant_max), ft), ft)
     return g.cast(y, _qdtype(g, dtype))
