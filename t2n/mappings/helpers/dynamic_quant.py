@@ -4,8 +4,9 @@ A dynamically quantized linear layer (``quantized::linear_dynamic``, and the inp
 hidden products of ``quantized_lstm`` / ``quantized_gru``) quantizes its float input at
 every call, from the input's own range, to u8; multiplies the integers with its qint8
 weight in int32; and scales the sums back to float. This module lowers that one product so
-that tract does the same work: ``tract_core_qconv`` (1-wide 1-D convolution, ``a`` = the
-weight, ``b`` = the input, exact int32 sums) fed by the quantization PyTorch's kernels do:
+that tract does the same work: ``tract_core_einsum_q`` (the rows of the input times the
+weight, exact int32 sums, run by tract's int8 matrix kernel) fed by the quantization
+PyTorch's kernels do:
 
 - range: ``min(x.min(), 0)`` .. ``max(x.max(), 0)`` over the whole tensor of the call;
 - ``scale = (max - min) / qmax`` (``qmax`` 127 with ``reduce_range`` on the x86/fbgemm
@@ -14,12 +15,13 @@ weight, ``b`` = the input, exact int32 sums) fed by the quantization PyTorch's k
 - ``zero_point = clamp(round_half_even(-min / scale), 0, qmax)`` (the unraised scale);
 - ``q = clamp(round_half_even(x * (1 / scale) + zero_point), 0, 255)``, the product and
   the sum rounded once (fbgemm's fused multiply-add; computed in f64, exact);
-- ``y = acc * x_scale * w_scale[row]`` in float; the caller adds the bias (as PyTorch's
-  kernels do, after the scaling).
+- ``m = f32(x_scale * w_scale[row])``, then ``y = fma(f32(acc), m, bias)`` (fbgemm: x86
+  and fbgemm engines) or ``f32(acc) * m + bias`` (qnnpack).
 
 The scale is computed in f64 and rounded to f32, as PyTorch's ``ChooseQuantizationParams``
 does. Measured against PyTorch's own integers (an identity weight recovers them) on 1.6 M
-random values per engine (x86, fbgemm, qnnpack): no difference. The remaining source of
+random values per engine (x86, fbgemm, qnnpack): no difference; a whole layer's floats
+equal PyTorch's bit for bit (tests/test_quantized.py). The remaining source of
 difference is upstream: a value that tract computes one unit of the last place away from
 PyTorch (tract's tanh and sigmoid are not PyTorch's) moves an integer when it sits on a
 rounding boundary.
