@@ -135,11 +135,54 @@ def test_dynamic_linear(tmp_path, engine):
     x = torch.randn(3, 5, 32)
     r = t2n.export(dq, (x,), tmp_path / "dyn.nnef", check=True, input_names=["x"],
                    dynamic_axes={"x": {0: "B"}})
-    assert r.passed and r.op_histogram["tract_core_qconv"] == 2
+    assert r.passed and r.op_histogram["tract_core_einsum_q"] == 2
     other = torch.zeros(7, 5, 32)  # a zero input: PyTorch's scale 0.1 rule
     other[0, 0, 0] = 4.0
     assert all(c.ok for c in check_archive(str(tmp_path / "dyn.nnef"), dq, (other,),
                                            ["output_0"]))
+
+
+class _DynamicLinear(torch.nn.Module):
+    """``quantized::linear(_relu)_dynamic`` with an explicit ``reduce_range`` (the module
+    of quantize_dynamic always passes True)."""
+
+    def __init__(self, packed, reduce_range, relu):
+        super().__init__()
+        self.packed, self.reduce_range, self.relu = packed, reduce_range, relu
+
+    def forward(self, x):
+        op = torch.ops.quantized.linear_relu_dynamic if self.relu else \
+            torch.ops.quantized.linear_dynamic
+        return op(x, self.packed, self.reduce_range)
+
+
+@pytest.mark.parametrize("reduce_range", [True, False])
+def test_dynamic_linear_equals_pytorch_bit_for_bit(tmp_path, engine, reduce_range):
+    """The run-time quantization (f64 multiply-add, rounding by adding and subtracting
+    1.5 * 2^23, saturating u8 cast), the int8 product and the engine's scaling
+    (fbgemm: fma(acc, x_scale * w_scale, bias); qnnpack: the product, then the bias) give
+    PyTorch's floats exactly: per tensor and per channel, with and without bias and relu,
+    batch and sequence axes, an input of one sign (zero point 0 or qmax), sums beyond
+    2^24 (1100 features: rounded to f32 first) and a width of 1024 (split in two)."""
+    import numpy as np
+
+    from t2n.check.tract_runner import run_in_tract
+
+    torch.manual_seed(0)
+    cases = [((64, 256), 1024, False, True, True), ((2, 33, 70), 48, True, False, False),
+             ((3, 1, 5, 17), 40, False, True, True), ((1, 1100), 40, True, True, False)]
+    for shape, n, per_channel, bias, relu in cases:
+        qconfig = tq.per_channel_dynamic_qconfig if per_channel else tq.default_dynamic_qconfig
+        dq = tq.quantize_dynamic(torch.nn.Sequential(torch.nn.Linear(shape[-1], n, bias=bias)),
+                                 {torch.nn.Linear: qconfig}, dtype=torch.qint8)
+        model = _DynamicLinear(dq[0]._packed_params._packed_params, reduce_range, relu).eval()
+        out = tmp_path / "d.nnef.tar"
+        t2n.export(model, (torch.randn(*shape),), out)
+        for k in range(4):
+            x = torch.randn(*shape) * (0.2 if k == 0 else 3)
+            x = x.abs() + 1 if k == 2 else -x.abs() - 0.5 if k == 3 else x
+            got = run_in_tract(str(out), [x.numpy()])[0]
+            assert np.array_equal(got, model(x).numpy()), (shape, n, per_channel, k)
 
 
 def test_qdq_pattern_around_float_ops(tmp_path):
@@ -200,7 +243,7 @@ def test_dynamic_lstm_and_gru_run_in_int8(tmp_path, engine):
     text = _graph_text(tmp_path / "l.tgz")
     # per int8 layer: one input projection for both directions (outside the loop) and one
     # product per direction in the loop body
-    assert text.count("tract_core_qconv(") == (3 + 5 if engine == "qnnpack" else 2 + 4), text
+    assert text.count("tract_core_einsum_q(") == (3 + 5 if engine == "qnnpack" else 2 + 4), text
     if engine == "qnnpack":  # only the float head is a float product
         assert text.count("matmul(") + text.count("tract_core_einsum(") <= 1, text
 

@@ -328,22 +328,15 @@ def quantized_linear(g, X, W_prepack, Y_scale_i, Y_zero_point_i):
 def quantized_linear_dynamic(g, input, W_prepack, reduce_range=False):
     """PyTorch's dynamic linear: the input is quantized per call to u8 from its own range
     (min/max with 0 included; 7 bits with reduce_range on x86/fbgemm), the product
-    accumulates in int32 (tract_core_qconv), and ``acc * x_scale * w_scale + bias`` is
-    computed in float (t2n/mappings/helpers/dynamic_quant.py)."""
+    accumulates in int32 (tract_core_qconv), and ``acc * (x_scale * w_scale) + bias`` is
+    computed in float as the engine's kernel does (t2n/mappings/helpers/dynamic_quant.py)."""
     w, bias = W_prepack.unpack()
-    x = g.cast(input, torch.float32)
     weight = int8_weight(g, w, _label(g, "linear_dynamic") + ".weight")
-    m = 1
-    for d in x.shape[:-1]:
-        m = m * d
-    rows = g.reshape(x, [m, x.shape[-1]])
-    f = dynamic_linear(g, rows, weight, reduce_range_for_engine(reduce_range))
-    if bias is not None:
-        f = g.binary("add", f, g.const(bias.detach().float().reshape(1, -1)), torch.float32)
+    f = dynamic_linear(g, g.cast(input, torch.float32), weight,
+                       reduce_range_for_engine(reduce_range), bias)
     if g.node.op.endswith("_relu_dynamic"):
         f = g.op("relu", f)
-    y = g.reshape(f, list(input.shape[:-1]) + [weight.shape[0]])
-    return g.cast(y, input.dtype)
+    return g.cast(f, input.dtype)
 
 
 @aten("quantized::linear_dynamic_fp16", "quantized::linear_relu_dynamic_fp16")
