@@ -22,15 +22,23 @@ units of the last place of a tie gets:
 
 PyTorch's x86 engine runs a convolution through oneDNN when the CPU has AVX-512 VNNI, the
 weight is symmetric (zero points 0) and it has at most 100 groups; which oneDNN kernel runs
-(and so which form) depends on the shape and the ISA (AMX, VNNI) too. Rather than repeat
-those heuristics, t2n asks the running torch, once per layer structure and engine: it runs a
-layer of the same structure (shapes, groups, stride, padding, dilation, weight zero points,
-bias or not, fused ReLU) on random integers with each channel's bias (or, without a bias,
-its weight scale) chosen so that one output lies on a rounding tie in exact arithmetic,
-where the forms round differently, and keeps the forms that give PyTorch's integers.
-The inputs stay below 128 (x86's 7-bit activations): fbgemm's AVX2 kernels saturate larger
-pairs of products to int16. A kernel matching none is refused by the caller rather than
-guessed.
+(and so which form) depends on the shape and the ISA too (measured, torch 2.13 with oneDNN
+3.12 on AMX: 3x3 and 3-D convolutions ``combined``, 1x1 and depthwise ``two_step``, both with
+the reciprocal scales; limited to AVX2 kernels: all ``combined``). Rather than repeat those
+heuristics, t2n asks the running torch, once per layer structure and engine: it runs a layer
+of the same structure (shapes, groups, stride, padding, dilation, weight zero points, bias
+or not, fused ReLU) on random integers, with one output per channel put on a rounding tie
+(the weight scale and the bias chosen from one of the channel's sums, the bias then a tiny
+float32 residue, or the sum whose tie the float32 scale reaches most closely), where the
+forms round differently, and keeps the forms that give PyTorch's integers, round after
+round, until none is left, the ones left take the same steps, or 256 more distinct sums
+within 1e-7 of a tie rule out none (of several left, the engine's preferred one stays). The inputs stay below 128
+(x86's 7-bit activations): fbgemm's AVX2 kernels saturate larger pairs of products to
+int16. Measured on 320 random layer structures (conv 1x1 to 5x5, strides 1-2, dense and
+depthwise, linear; per-channel or per-tensor, symmetric or not, bias or not, ReLU or not)
+with oneDNN's AMX, AVX-512 VNNI and AVX2 kernels: the chosen form gave PyTorch's integers
+on 6 more rounds each. Cost: about 1-2 s of an export for ResNet-50's 24 layer structures
+or MobileNetV2's 31. A kernel matching none is refused by the caller rather than guessed.
 """
 
 from __future__ import annotations
@@ -47,7 +55,9 @@ FORMS = ("fbgemm", "fbgemm fma", "qnnpack") + tuple(
     f"onednn {order} x_scale:{xs} out_inverse:{inv}" for order in ("combined", "two_step")
     for xs in ("float", "reciprocal") for inv in ("float", "reciprocal"))
 _PREFERRED = {"qnnpack": "qnnpack"}  # the form tried first per engine (else fbgemm's)
-_ROUNDS = 12  # probe rounds at most; each puts one tie in every output channel
+_ROUNDS = 128  # probe rounds at most; each puts one tie in every output channel (one in
+# all with per-tensor weights and no bias: such layers take the most rounds)
+_TIES = 256  # distinct sums within 1e-7 of a tie that rule out no form before it stops
 
 
 @dataclass(frozen=True)
@@ -141,6 +151,7 @@ def _probe(engine, kind, w_shape, per_channel, zps, has_bias, stride, padding, d
     alive = [first] + [f for f in FORMS if f != first]
     gen = torch.Generator().manual_seed(0)
     axis = 1 if kind == "conv" else -1
+    still = 0  # distinct sums within 1e-7 of a tie since a form was last ruled out
     for _ in range(_ROUNDS):
         case = _case(gen, kind, w_shape, per_channel, zps, has_bias, stride, padding,
                      dilation, groups, x_shape, x_dtype, relu)
@@ -148,31 +159,62 @@ def _probe(engine, kind, w_shape, per_channel, zps, has_bias, stride, padding, d
             return first
         got, acc, ws, xs, bias, out_scale, out_zp, lo, hi = case
         low = out_zp if relu else lo
-        exact = _exact(acc, ws, xs, bias, out_scale, out_zp, axis)
-        near = (exact - exact.floor() - 0.5).abs() < 1e-3  # where the forms may differ
-        if not torch.equal(torch.round(exact[~near]).clamp(low, hi), got[~near].double()):
+        rough = _exact(acc.float(), ws.float(), xs, bias, out_scale, out_zp, axis)
+        near = (rough - rough.floor() - 0.5).abs() < 1e-2  # where the forms may differ
+        if not torch.equal(torch.round(rough[~near]).clamp(low, hi), got[~near]):
             return None  # not a rounding difference: no form can match
         shape = [1] * acc.dim()
         shape[axis] = -1
         ch = torch.arange(w_shape[0]).reshape(shape).expand(acc.shape)[near]
-        sums, want = acc[near].reshape(1, -1), got[near]
-        alive = [f for f in alive if torch.equal(apply(requantization(
+        sums, want = acc[near].double(), got[near]
+        exact = _exact(sums[None], ws[ch].double(), xs, None if bias is None else bias[ch],
+                       out_scale, out_zp, 1)
+        sums = sums.reshape(1, -1)
+        kept = [f for f in alive if torch.equal(apply(requantization(
             f, ws[ch], xs, None if bias is None else bias[ch], out_scale, out_zp),
             sums).clamp(low, hi)[0], want)]
-        if len(alive) <= 1:
+        on_tie = ((exact - exact.floor() - 0.5).abs() < 1e-7)[0]  # distinct cases only
+        tight = len(torch.unique(torch.stack([sums[0], ws[ch].double(), torch.zeros_like(
+            sums[0]) if bias is None else bias[ch].double()], 1)[on_tie], dim=0))
+        still = still + tight if len(kept) == len(alive) else 0
+        alive = kept
+        # done when no form is left, or _TIES ties in a row ruled out none (the one left
+        # holds; several: too rarely apart to matter, the preferred one stays), or the
+        # forms left take the same steps whatever the scales (no bias: fbgemm's, qnnpack's)
+        if not alive or still >= _TIES or (len(alive) > 1 and _equivalent(alive, has_bias)):
             break
     return alive[0] if alive else None
 
 
+def _equivalent(forms, has_bias: bool) -> bool:
+    """Whether ``forms`` take the same steps whatever the scales (without a bias, fbgemm's
+    and qnnpack's do), judged on scales where every variant differs."""
+    gen = torch.Generator().manual_seed(1)
+    ws = (0.002 + 0.01 * torch.rand(8, generator=gen, dtype=torch.float64)).float()
+    xs, out = _scale(gen, 0.02, 0.03), _scale(gen, 0.05, 0.1)
+    bias = torch.randn(8, generator=gen) if has_bias else None
+    steps = [requantization(f, ws, xs, bias, out, 3) for f in forms]
+    return all(_same(r, steps[0]) for r in steps)
+
+
+def _same(a: Requantization, b: Requantization) -> bool:
+    """Whether two forms take the same steps with the same constants."""
+    same = lambda x, y: (x is None and y is None) or (  # noqa: E731
+        x is not None and y is not None and x.dtype == y.dtype and torch.equal(x, y))
+    return same(a.int_bias, b.int_bias) and a.zero_point_inside == b.zero_point_inside \
+        and len(a.steps) == len(b.steps) and all(
+            o1 == o2 and same(c1, c2) for (o1, c1), (o2, c2) in zip(a.steps, b.steps))
+
+
 def _exact(acc, ws, xs, bias, out_scale, out_zp, axis):
-    """The requantized value in exact arithmetic (f64) from the float32 parameters."""
+    """The requantized value from the float32 parameters, in ``acc``'s dtype (f64: exact to
+    ~1e-13 here; float32: to ~1e-3, enough to tell which outputs lie near a tie)."""
     shape = [1] * acc.dim()
     shape[axis] = -1
-    f32 = lambda v: float(torch.tensor(v, dtype=F32))  # noqa: E731
-    y = acc * ws.double().reshape(shape) * f32(xs)
+    y = acc * ws.to(acc.dtype).reshape(shape) * _f32(xs)
     if bias is not None:
-        y = y + bias.double().reshape(shape)
-    return y / f32(out_scale) + out_zp
+        y = y + bias.to(acc.dtype).reshape(shape)
+    return y / _f32(out_scale) + out_zp
 
 
 def _case(gen, kind, w_shape, per_channel, zps, has_bias, stride, padding, dilation,
@@ -188,15 +230,19 @@ def _case(gen, kind, w_shape, per_channel, zps, has_bias, stride, padding, dilat
         len(w_shape) - 1))) if per_channel else zp_w
     w_int = torch.randint(-127, 128, w_shape, generator=gen, dtype=torch.int32)
     w_int = torch.clamp(w_int + zp_rows, -128, 127)
-    w_dq = (w_int - zp_rows).double()
-    x_dq = (x_int - x_zp).double()
+    # exact sums: in float32 while every partial sum stays below 2^24 (products of at most
+    # 2^14, fewer than 2^10 of them), else in f64
+    k = w_shape[1] * (1 if kind == "linear" else int(torch.tensor(w_shape[2:]).prod()))
+    dtype = F32 if k < 1024 else torch.float64
+    w_dq = (w_int - zp_rows).to(dtype)
+    x_dq = (x_int - x_zp).to(dtype)
     if kind == "linear":
         acc = x_dq @ w_dq.t()
-        channel = acc.movedim(-1, 0).reshape(w_shape[0], -1)
+        channel = acc.movedim(-1, 0).reshape(w_shape[0], -1).double()
     else:
         conv = F.conv2d if len(w_shape) == 4 else F.conv3d
         acc = conv(x_dq, w_dq, None, stride, padding, dilation, groups)
-        channel = acc.transpose(0, 1).reshape(w_shape[0], -1)
+        channel = acc.transpose(0, 1).reshape(w_shape[0], -1).double()
     out_scale, out_zp = _scale(gen, 0.05, 0.1), lo + 60 + int(_uniform(gen) * 40)
     c = w_shape[0]
     ws = (0.002 + 0.01 * torch.rand(c, generator=gen, dtype=torch.float64)) \
@@ -206,17 +252,44 @@ def _case(gen, kind, w_shape, per_channel, zps, has_bias, stride, padding, dilat
                         dim=1)
     acc0 = channel.gather(1, pick[:, None])[:, 0]
     half = torch.randint(1, 40, (c,), generator=gen).double() + 0.5  # above the zero point
+    xs32, os32 = _f32(x_scale), _f32(out_scale)  # the values the kernels use
     if has_bias:
-        bias = ((half * out_scale - acc0 * x_scale * ws)).float()
+        if per_channel:  # half the channels: the weight scale puts the sum on the tie and
+            # the bias is the float32 residue, tiny: the tie then is exact to ~1e-13
+            tie = _to_f32(half * os32 / (acc0 * xs32))
+            ws = tie.where((acc0 > 0) & (torch.arange(c) % 2 == 0), ws)
+        bias = _to_f32(half * os32 - acc0 * xs32 * ws).float()
     else:
         bias = None
-        tie = (half * out_scale / (acc0 * x_scale)).where(acc0 > 0, ws)
-        ws = tie if per_channel else torch.full((c,), float(tie[0]), dtype=torch.float64)
+        if per_channel:
+            acc0, ws = _closest_ties(channel, half, xs32, os32, ws)
+        else:  # one scale: the output closest to a tie among all channels'
+            ws = _closest_ties(channel.reshape(1, -1), half[:1], xs32, os32, ws[:1])[1]
+            ws = ws.expand(c).clone()
     got = _run(kind, x_int, x_scale, x_zp, x_dtype, w_int, ws, zp_w, per_channel, bias,
                stride, padding, dilation, groups, out_scale, out_zp, relu)
     if got is None:
         return None
     return got, acc, ws.float(), x_scale, bias, out_scale, out_zp, lo, hi
+
+
+def _closest_ties(channel, half, xs32, os32, ws):
+    """Without a bias, each channel's weight scale (float32) sets the tie: the sum among the
+    channel's positive ones whose value then lies closest to ``half``, and that scale."""
+    acc = channel.clamp(min=1)
+    scale = _to_f32(half[:, None] * os32 / (acc * xs32))
+    miss = (acc * xs32 * scale / os32 - half[:, None]).abs().where(channel > 0, float("inf"))
+    best = miss.argmin(1, keepdim=True)
+    found = torch.isfinite(miss.gather(1, best))[:, 0]
+    return channel.gather(1, best)[:, 0], scale.gather(1, best)[:, 0].where(found, ws)
+
+
+def _f32(v: float) -> float:
+    return float(torch.tensor(v, dtype=F32))
+
+
+def _to_f32(t: torch.Tensor) -> torch.Tensor:
+    return t.to(F32).double()
 
 
 def _scale(gen, low: float, width: float) -> float:
