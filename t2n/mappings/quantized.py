@@ -34,7 +34,8 @@ from t2n.mappings.helpers.quantize_rounding import (average_rounded_off_zero_poi
                                                     zero_point_rounded_with_product)
 from t2n.mappings.helpers.grouped_int8 import float_sums_exact, grouped_sums_in_float
 from t2n.mappings.helpers.recurrence import FLOAT_PRODUCTS, layers
-from t2n.mappings.helpers.requantization import requantization, requantization_form
+from t2n.mappings.helpers.requantization import (emit_steps, requantization,
+                                                  requantization_form)
 from t2n.mappings.helpers.round_by_adds import rounded_plus
 from t2n.mappings.helpers.memory_format import channels_last_contiguous
 from t2n import dtypes
@@ -267,34 +268,10 @@ def _requantized_sums(g, acc, w_scales, x_scale, bias, shape, out_scale, out_zp,
     output; MobileNetV2 on oneDNN: 20 of 6 M, grown to 0.07 of the output); these forms
     were measured bit-exact on every layer of both."""
     r = requantization(form, w_scales, x_scale, bias, out_scale, out_zp)
-    if r.int_bias is not None:
-        acc = g.binary("add", g.cast(acc, torch.int32), g.const(r.int_bias.reshape(shape)),
-                       torch.int32)
-    y = g.cast(acc, torch.float32)
-    after_mul = False
-    for op, c in r.steps:
-        if op == "add_exact":  # a fused multiply-add: its exact product in f64, one rounding
-            y = g.cast(g.binary("add", g.cast(y, torch.float64), g.const(c.reshape(shape)),
-                                torch.float64), torch.float32)
-        elif op == "mul" and after_mul:
-            y = _product_rounded_alone(g, y, c.reshape(shape))
-        else:
-            y = g.binary(op, y, g.const(c.reshape(shape)), torch.float32)
-        after_mul = op == "mul"
+    y = emit_steps(g, r, acc, shape)  # with the zero point when it goes inside the rounding
     if not r.zero_point_inside:
         return _rounded_to(g, y, out_scale, out_zp, out_dtype, relu)
-    if out_zp:
-        y = g.binary("add", y, float(out_zp), torch.float32)
     return _rounded_to(g, y, out_scale, 0, out_dtype, relu, zero_point=out_zp)
-
-
-def _product_rounded_alone(g, y, c):
-    """``y * c`` in float32, kept apart from the product by a constant before it: tract
-    folds ``(y * c1) * c2`` into ``y * (c1 * c2)`` when either constant has one element,
-    which rounds differently. The product is computed in f64 (exact for two float32) and
-    rounded to float32: the same value as the float32 product, out of the fold's reach."""
-    y = g.binary("mul", g.cast(y, torch.float64), g.const(c.double()), torch.float64)
-    return g.cast(y, torch.float32)
 
 
 def _rounded_to(g, y, scale, add_zero_point, qdtype, relu=False, zero_point=None):

@@ -125,6 +125,39 @@ def apply(r: Requantization, acc: torch.Tensor, channel_axis: int = 1) -> torch.
     return torch.round(y) + float(r.zero_point)
 
 
+def emit_steps(g, r: Requantization, acc, shape):
+    """``r``'s steps in the graph on the sums ``acc`` (int32, or float32 holding exact
+    integers), the per-channel constants reshaped to ``shape``: the float32 value before
+    the rounding, with the zero point when ``r`` adds it inside."""
+    f32, f64 = torch.float32, torch.float64
+    if r.int_bias is not None:
+        acc = g.binary("add", g.cast(acc, torch.int32), g.const(r.int_bias.reshape(shape)),
+                       torch.int32)
+    y = g.cast(acc, f32)
+    after_mul = False
+    for op, c in r.steps:
+        if op == "add_exact":  # a fused multiply-add: its exact product in f64, one rounding
+            y = g.cast(g.binary("add", g.cast(y, f64), g.const(c.reshape(shape)), f64), f32)
+        elif op == "mul" and after_mul:
+            y = _product_rounded_alone(g, y, c.reshape(shape))
+        else:
+            y = g.binary(op, y, g.const(c.reshape(shape)), f32)
+        after_mul = op == "mul"
+    if r.zero_point_inside and r.zero_point:
+        y = g.binary("add", y, float(r.zero_point), f32)
+    return y
+
+
+def _product_rounded_alone(g, y, c):
+    """``y * c`` in float32, kept apart from the product by a constant before it: tract
+    folds ``(y * c1) * c2`` into ``y * (c1 * c2)`` when either constant has one element,
+    which rounds differently (measured: one output in each of three ResNet-50 layers). The
+    product is computed in f64 (exact for two float32) and rounded to float32: the same
+    value as the float32 product, out of the fold's reach."""
+    y = g.binary("mul", g.cast(y, torch.float64), g.const(c.double()), torch.float64)
+    return g.cast(y, torch.float32)
+
+
 # ---------------------------------------------------------------------------- the probe
 def requantization_form(kind: str, weight: torch.Tensor, has_bias: bool, stride, padding,
                         dilation, groups: int, x_shape, x_dtype, relu: bool) -> str | None:
