@@ -35,10 +35,11 @@ round, until none is left, the ones left take the same steps, or 256 more distin
 within 1e-7 of a tie rule out none (of several left, the engine's preferred one stays).
 The inputs stay below 128 (x86's 7-bit activations): fbgemm's AVX2 kernels saturate larger
 pairs of products to int16. Measured on 320 random layer structures (conv 1x1 to 5x5,
-strides 1-2, dense and depthwise, linear; per-channel or per-tensor, symmetric or not, bias or not, ReLU or not)
-with oneDNN's AMX, AVX-512 VNNI and AVX2 kernels: the chosen form gave PyTorch's integers
-on 6 more rounds each. Cost: about 1-2 s of an export for ResNet-50's 24 layer structures
-or MobileNetV2's 31. A kernel matching none is refused by the caller rather than guessed.
+strides 1-2, dense and depthwise, linear; per-channel or per-tensor, symmetric or not, bias
+or not, ReLU or not) with oneDNN's AMX, AVX-512 VNNI and AVX2 kernels: the chosen form gave
+PyTorch's integers on 6 more rounds each. Cost: about 1-2 s of an export for ResNet-50's 24
+layer structures or MobileNetV2's 31. A kernel matching none is refused by the caller
+rather than guessed.
 """
 
 from __future__ import annotations
