@@ -1,6 +1,7 @@
 """The default capture, by the model's kind (``capture=None``): torch.export for a Python
 module, a ScriptModule's own graph, the trace for a model holding torch.ao's packed
-weights; the report names the capture used and why it is not torch.export."""
+weights or other torch.ao quantized modules; the report names the capture used and why it
+is not torch.export."""
 
 import copy
 
@@ -62,6 +63,61 @@ def test_a_torch_ao_quantized_model_is_traced_saying_why():
     assert r.capture == "trace"
     line = next(ln for ln in r.report().splitlines() if "capture: trace" in ln)
     assert "torch.ao quantized packed weights" in line and "LinearPackedParams" in line, line
+
+
+class _OnQuantized(torch.nn.Module):
+    """``module`` on the input quantized to quint8; the result dequantized."""
+
+    def __init__(self, module, two=False):
+        super().__init__()
+        self.m, self.two = module, two
+
+    def forward(self, x):
+        q = torch.quantize_per_tensor(x, 0.05, 10, torch.quint8)
+        return torch.dequantize(self.m.add(q, q) if self.two else self.m(q))
+
+
+def _quantized_modules():
+    import torch.ao.nn.quantized as nnq
+
+    bn = nnq.BatchNorm2d(4)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5), bn.bias.normal_(0, 0.1)
+    return {"QFunctional add": _OnQuantized(nnq.QFunctional(), two=True),
+            "BatchNorm2d": _OnQuantized(bn.eval()), "ReLU6": _OnQuantized(nnq.ReLU6()),
+            "Hardswish": _OnQuantized(nnq.Hardswish(0.1, 3)),
+            "LeakyReLU": _OnQuantized(nnq.LeakyReLU(0.1, 3, 0.2))}
+
+
+@pytest.mark.parametrize("kind", list(_quantized_modules()))
+def test_torch_ao_quantized_modules_without_packed_weights_are_traced_saying_why(kind):
+    """torch.export fails inside these modules' ops (no fake kernel for ``quantized::add``
+    and ``quantized::relu6``; batch norm and hardswish get their float scale as a fake
+    tensor): the default capture traces them, as it does packed weights."""
+    r = assert_exports(_quantized_modules()[kind].eval(), (torch.randn(2, 4, 5, 5),),
+                       capture=None)
+    assert r.capture == "trace"
+    line = next(ln for ln in r.report().splitlines() if "capture: trace" in ln)
+    assert f"m ({kind.split()[0]}) runs torch.ao quantized ops" in line, line
+
+
+def test_an_fx_graph_calling_quantized_ops_is_traced():
+    """FX-mode quantization of a model holding no layer: a graph of ``quantize_per_tensor``
+    and ``quantized::add`` calls, no quantized module."""
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    class Add(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    ex = (torch.randn(2, 8), torch.randn(2, 8))
+    p = prepare_fx(Add().eval(), get_default_qconfig_mapping("x86"), ex)
+    p(*ex)
+    q = convert_fx(p)
+    assert any("quantized.add" in str(n.target) for n in q.graph.nodes)
+    r = assert_exports(q, ex, capture=None)
+    assert r.capture == "trace" and "runs torch.ao quantized ops" in r.report()
 
 
 def test_a_model_torch_export_refuses_names_the_other_captures(tmp_path):

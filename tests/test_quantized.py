@@ -12,6 +12,7 @@ from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
 import t2n
 from t2n.api import check_archive
+from t2n.mappings.helpers import requantization as rq
 
 warnings.filterwarnings("ignore", message=".*torchao.*")
 warnings.filterwarnings("ignore", message=".*migrat.*")
@@ -477,9 +478,9 @@ def test_depthwise_float_sums_keep_the_multiplier_out_of_the_kernel(tmp_path):
     after the float conv (tract 0.23.9 folds such a multiply into the kernel for
     ungrouped convolutions only): folded, or merely applied before the bias, products
     rounded at the output's scale round some outputs the other way. tract's integers are
-    compared with the x86 requantization computed here from exact sums, float32 op for
-    float op, on 2.4 M outputs spanning the 8-bit range (PyTorch's own depthwise kernel
-    is compared in the tests above)."""
+    compared with the x86 requantization (the running kernel's steps,
+    helpers/requantization.py) computed here from exact sums, float32 op for float op, on
+    2.4 M outputs spanning the 8-bit range, and with PyTorch's own."""
     import numpy as np
 
     from t2n.check.tract_runner import run_in_tract
@@ -510,15 +511,22 @@ def test_depthwise_float_sums_keep_the_multiplier_out_of_the_kernel(tmp_path):
         x = torch.rand(1, c, 192, 192) * 5.1 - 2.56
         out = tmp_path / "dw.nnef.tar"
         r = t2n.export(m, (x,), out, capture="trace")
+        # the running kernel's steps: fbgemm's, or oneDNN's on a CPU with AVX-512 VNNI
+        form = rq.requantization_form("conv", qw, True, [1, 1], [1, 1], [1, 1], c,
+                                      (1, c, 192, 192), torch.quint8, False)
     finally:
         torch.backends.quantized.engine = old
     assert r.op_histogram.get("conv") == 1, r.op_histogram
     q = torch.quantize_per_tensor(x, xs, x0, torch.quint8).int_repr().double() - x0
     acc = torch.nn.functional.conv2d(q, qw.int_repr().double(), padding=1, groups=c)
-    combined = qw.q_per_channel_scales().float() * torch.tensor(xs, dtype=torch.float32)
-    y = acc.float() + (bias / combined).reshape(1, c, 1, 1)
-    y = y * (combined / torch.tensor(out_scale, dtype=torch.float32)).reshape(1, c, 1, 1)
-    ref = (torch.clamp(torch.round(y) + out_zp, 0, 255) - out_zp) * out_scale
+    y = rq.apply(rq.requantization(form, qw.q_per_channel_scales(), xs, bias, out_scale,
+                                   out_zp), acc)
+    ref = (torch.clamp(y, 0, 255) - out_zp) * out_scale
     assert torch.unique(ref).numel() > 200  # the outputs use the 8-bit range
     got = run_in_tract(str(out), [x.numpy()])[0]
     assert int((got != ref.numpy()).sum()) == 0, int((got != ref.numpy()).sum())
+    torch.backends.quantized.engine = "x86"
+    try:
+        assert np.array_equal(got, m(x).numpy())
+    finally:
+        torch.backends.quantized.engine = old

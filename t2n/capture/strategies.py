@@ -117,7 +117,12 @@ def default_capture(model, binding=None) -> tuple[str, str | None]:
     """The capture of ``capture=None`` and, when it is not torch.export, why: torch.export
     for an ``nn.Module``; a ScriptModule (a ``torch.jit.save`` file) is read as its own
     graph; a model holding TorchScript objects (the packed weights of torch.ao's quantized
-    modules, which torch.export cannot trace) is traced."""
+    modules, which torch.export cannot trace) is traced, and so is one holding torch.ao
+    quantized modules without packed weights (``QFunctional`` add/cat, quantized batch norm
+    and activations, ``Quantize``) or an FX graph calling ``quantized::`` ops: their ops have
+    no fake kernel (``quantized::add``), take their scale as a Python float that
+    torch.export hands them as a fake tensor (``quantized::batch_norm2d``,
+    ``quantized::hardswish``), or read their scale buffer as a number (``Quantize``)."""
     if isinstance(model, torch.jit.ScriptModule):
         used = resolve_capture("trace", model, binding)
         return used, (None if used == "torchscript" else "a ScriptModule called with keywords")
@@ -125,6 +130,10 @@ def default_capture(model, binding=None) -> tuple[str, str | None]:
     if holder is not None:
         return "trace", (f"{holder} holds TorchScript objects (torch.ao quantized packed "
                          "weights), which torch.export cannot trace")
+    holder = _quantized_op_holder(model)
+    if holder is not None:
+        return "trace", (f"{holder} runs torch.ao quantized ops, which torch.export cannot "
+                         "trace")
     return "export", None
 
 
@@ -133,6 +142,27 @@ def _script_object_holder(model: torch.nn.Module) -> str | None:
     for name, module in model.named_modules():
         if any(isinstance(v, torch._C.ScriptObject) for v in vars(module).values()):
             return f"{name} ({type(module).__name__})" if name else type(module).__name__
+    return None
+
+
+# torch.ao's quantized modules (their ops run on quantized tensors); the reference modules
+# (``.reference``) compute in float and stay with torch.export
+_QUANTIZED_MODULES = ("torch.ao.nn.quantized.", "torch.ao.nn.intrinsic.quantized.")
+
+
+def _quantized_op_holder(model: torch.nn.Module) -> str | None:
+    """The qualified name (and class) of the first submodule that is a torch.ao quantized
+    module, or an FX graph module calling a ``quantized::`` op; None when there is none."""
+    for name, module in model.named_modules():
+        kind = type(module).__module__ + "."
+        where = f"{name} ({type(module).__name__})" if name else type(module).__name__
+        if kind.startswith(_QUANTIZED_MODULES) and ".reference." not in kind:
+            return where
+        graph = getattr(module, "graph", None) if isinstance(module, torch.fx.GraphModule) \
+            else None
+        if graph is not None and any(n.op == "call_function" and str(n.target).startswith(
+                "quantized.") for n in graph.nodes):
+            return where
     return None
 
 

@@ -20,6 +20,9 @@ the builder, the registry's types and other helpers (no cycles). A helper takes 
 - :mod:`.normalization`: batch-norm statistics and per-channel affine;
 - :mod:`.recurrence`: the recurrent layers as ``tract_core_scan`` loops (``recurrent`` and
   the dynamically quantized LSTM/GRU of ``quantized``), with float or int8 products;
+- :mod:`.requantization`: the float steps from int32 sums to integers that the running
+  torch's quantized convolution and linear kernels take (fbgemm, qnnpack, oneDNN), asked
+  of it once per layer structure;
 - :mod:`.dynamic_quant`: PyTorch's dynamic quantization (run-time u8 input parameters,
   int8 x int8 -> int32 in ``tract_core_qconv``), for dynamic linear and recurrent layers;
 - :mod:`.special_expr`, :mod:`.gamma`: the expression layer of the special functions and the
