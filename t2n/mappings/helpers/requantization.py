@@ -135,15 +135,19 @@ def emit_steps(g, r: Requantization, acc, shape):
         acc = g.binary("add", g.cast(acc, torch.int32), g.const(r.int_bias.reshape(shape)),
                        torch.int32)
     y = g.cast(acc, f32)
-    after_mul = False
-    for op, c in r.steps:
+    channels = acc.shape[shape.index(-1)]
+    kinds = [op for op, _ in r.steps]
+    for i, (op, c) in enumerate(r.steps):
+        in_pair = op == "mul" and "mul" in kinds[max(i - 1, 0):i] + kinds[i + 1:i + 2]
         if op == "add_exact":  # a fused multiply-add: its exact product in f64, one rounding
             y = g.cast(g.binary("add", g.cast(y, f64), g.const(c.reshape(shape)), f64), f32)
-        elif op == "mul" and after_mul:
-            y = _product_rounded_alone(g, y, c.reshape(shape))
+        elif in_pair and not (isinstance(channels, int) and channels > 1):
+            y = _product_rounded_alone(g, y, c.reshape(shape)) if kinds[i - 1:i] == ["mul"] \
+                else g.binary(op, y, g.const(c.reshape(shape)), f32)
+        elif in_pair:  # two products in a row: each constant per channel (see below)
+            y = g.binary(op, y, g.const(c.reshape(-1).expand(channels).reshape(shape)), f32)
         else:
             y = g.binary(op, y, g.const(c.reshape(shape)), f32)
-        after_mul = op == "mul"
     if r.zero_point_inside and r.zero_point:
         y = g.binary("add", y, float(r.zero_point), f32)
     return y
@@ -151,10 +155,14 @@ def emit_steps(g, r: Requantization, acc, shape):
 
 def _product_rounded_alone(g, y, c):
     """``y * c`` in float32, kept apart from the product by a constant before it: tract
-    folds ``(y * c1) * c2`` into ``y * (c1 * c2)`` when either constant has one element,
-    which rounds differently (measured: one output in each of three ResNet-50 layers). The
-    product is computed in f64 (exact for two float32) and rounded to float32: the same
-    value as the float32 product, out of the fold's reach."""
+    (0.23.9, ``declutter_mul_const_mul_const``) folds ``(y * c1) * c2`` into ``y * (c1 *
+    c2)`` when either constant has one element, which rounds differently (measured: one
+    output in each of three ResNet-50 layers). :func:`emit_steps` gives both constants one
+    element per output channel, out of the fold's reach, at no cost; with a single output
+    channel, the product is computed here in f64 (exact for two float32) and rounded to
+    float32: the same value as the float32 product, though tract's f64 element-wise ops
+    are several times slower (measured: 10 ms of a ResNet-50 run when every 1x1 layer
+    took this path)."""
     y = g.binary("mul", g.cast(y, torch.float64), g.const(c.double()), torch.float64)
     return g.cast(y, torch.float32)
 
