@@ -530,3 +530,43 @@ def test_depthwise_float_sums_keep_the_multiplier_out_of_the_kernel(tmp_path):
         assert np.array_equal(got, m(x).numpy())
     finally:
         torch.backends.quantized.engine = old
+
+
+class _WideLayers(torch.nn.Module):
+    """Layers whose weights tract would sum at every run (over 1 M int8 values: a padded
+    3x3 conv and a linear head), given to tract as int8 with zero point 0
+    (helpers/int8_inputs.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(384, 384, 3, padding=1)
+        self.fc = torch.nn.Linear(384 * 16, 200)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+@pytest.mark.parametrize("engine_name", ["x86", "qnnpack"])
+def test_wide_layers_take_a_shifted_input_with_pytorchs_integers(tmp_path, engine_name):
+    """The shifted input's padding (the input's zero point minus 128) and the per-channel
+    zero-point sums reproduce PyTorch's integers exactly, on fresh inputs too."""
+    import numpy as np
+
+    from t2n.check.tract_runner import run_in_tract
+
+    old = torch.backends.quantized.engine
+    torch.backends.quantized.engine = engine_name
+    try:
+        torch.manual_seed(0)
+        ex = (torch.randn(1, 384, 4, 4) + 0.7,)  # a zero point far from 128
+        p = prepare_fx(_WideLayers().eval(), tq.get_default_qconfig_mapping(engine_name), ex)
+        q = convert_fx(_calibrated(p, (2, 384, 4, 4)))
+        out = tmp_path / "w.nnef.tar"
+        t2n.export(q, ex, out, check=True)
+        text = _graph_text(out)
+        assert "b0 = 0" in text and "pad(" in text, text[-3000:]
+        for k in range(3):
+            x = torch.randn(1, 384, 4, 4) * 0.8 + 0.5
+            assert np.array_equal(run_in_tract(str(out), [x.numpy()])[0], q(x).numpy()), k
+    finally:
+        torch.backends.quantized.engine = old

@@ -33,6 +33,7 @@ from t2n.mappings.helpers.dynamic_quant import (DynamicInt8Products, dynamic_lin
 from t2n.mappings.helpers.quantize_rounding import (average_rounded_off_zero_point,
                                                     zero_point_rounded_with_product)
 from t2n.mappings.helpers.grouped_int8 import float_sums_exact, grouped_sums_in_float
+from t2n.mappings.helpers.int8_inputs import signed_input, worth_it, zero_point_sums
 from t2n.mappings.helpers.recurrence import FLOAT_PRODUCTS, layers
 from t2n.mappings.helpers.requantization import (emit_steps, requantization,
                                                   requantization_form)
@@ -201,11 +202,19 @@ def _qconv(g, x, wq: torch.Tensor, bias, stride, padding, dilation, groups, out_
         acc = grouped_sums_in_float(g, integers_as_float(g, x), w, a0, x_zp, groups, dilation,
                                     stride, padding, out_shape)
     else:
-        acc = g.op("tract_core_qconv", x, w, g.const(torch.zeros((), dtype=torch.int32)),
+        xq, pads, b0, correction = x, padding, int(x_zp), None
+        if out_scale is not None and worth_it(wi, x.dtype):  # helpers/int8_inputs.py
+            correction = zero_point_sums(wi, a0, x.dtype, b0)
+            xq, pads = signed_input(g, integers_as_float(g, x), x.dtype, b0, padding)
+            b0 = 0
+        acc = g.op("tract_core_qconv", xq, w, g.const(torch.zeros((), dtype=torch.int32)),
                    group=groups, groups=groups, dilation=list(dilation), stride=list(stride),
-                   padding=[(p, p) for p in padding], border="constant", a0=a0, a_scale=1.0,
-                   b0=int(x_zp), b_scale=1.0, c0=0, c_scale=1.0, output_dt="i32",
+                   padding=[(p, p) for p in pads], border="constant", a0=a0, a_scale=1.0,
+                   b0=b0, b_scale=1.0, c0=0, c_scale=1.0, output_dt="i32",
                    out_dtype=torch.int32, out_shape=out_shape)
+        if correction is not None:
+            acc = g.binary("add", acc, g.const(correction.reshape([1, -1] + [1] * n)),
+                           torch.int32)
     if out_scale is None:
         return acc, per
     shape = [1, -1] + [1] * n
