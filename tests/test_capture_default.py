@@ -101,6 +101,23 @@ def test_torch_ao_quantized_modules_without_packed_weights_are_traced_saying_why
     assert f"m ({kind.split()[0]}) runs torch.ao quantized ops" in line, line
 
 
+def test_a_float_model_with_float_functional_stays_with_torch_export():
+    """``FloatFunctional`` (a quantization-ready model's add before conversion) computes in
+    float: such a model is captured by torch.export like any other."""
+    import torch.ao.nn.quantized as nnq
+
+    class Residual(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.add = torch.nn.Conv2d(4, 4, 3, padding=1), nnq.FloatFunctional()
+
+        def forward(self, x):
+            return self.add.add(self.conv(x), x)
+
+    r = assert_exports(Residual().eval(), (torch.randn(2, 4, 5, 5),), capture=None)
+    assert r.capture == "export", r.report()
+
+
 def test_an_fx_graph_calling_quantized_ops_is_traced():
     """FX-mode quantization of a model holding no layer: a graph of ``quantize_per_tensor``
     and ``quantized::add`` calls, no quantized module."""

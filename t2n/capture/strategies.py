@@ -146,8 +146,10 @@ def _script_object_holder(model: torch.nn.Module) -> str | None:
 
 
 # torch.ao's quantized modules (their ops run on quantized tensors); the reference modules
-# (``.reference``) compute in float and stay with torch.export
+# (``.reference``) and the float stand-ins a model holds before conversion
+# (``FloatFunctional``) compute in float and stay with torch.export
 _QUANTIZED_MODULES = ("torch.ao.nn.quantized.", "torch.ao.nn.intrinsic.quantized.")
+_FLOAT_STAND_INS = ("FloatFunctional", "FXFloatFunctional")
 
 
 def _quantized_op_holder(model: torch.nn.Module) -> str | None:
@@ -156,7 +158,8 @@ def _quantized_op_holder(model: torch.nn.Module) -> str | None:
     for name, module in model.named_modules():
         kind = type(module).__module__ + "."
         where = f"{name} ({type(module).__name__})" if name else type(module).__name__
-        if kind.startswith(_QUANTIZED_MODULES) and ".reference." not in kind:
+        if kind.startswith(_QUANTIZED_MODULES) and ".reference." not in kind and \
+                type(module).__name__ not in _FLOAT_STAND_INS:
             return where
         graph = getattr(module, "graph", None) if isinstance(module, torch.fx.GraphModule) \
             else None
