@@ -7,9 +7,10 @@ the tensor that has them). The int8 work runs in tract's quantized convolution,
 ``tract_core_qconv`` (``a`` = filter, ``b`` = input; its int8 x int8 -> int32 kernels):
 convolutions directly, linear layers as 1-wide 1-D convolutions (grouped convolutions sum
 their integers in tract's faster float conv where that is exact: helpers/grouped_int8.py).
-It returns the exact int32 sums (every scale 1); the requantization then follows PyTorch's kernels in float
-(``acc * x_scale * w_scale[c] + bias``, divided by the output scale, rounded half to even),
-which makes the integers equal to PyTorch's on the models tested (tract's own fixed-point
+It returns the exact int32 sums (every scale 1); the requantization then follows the float
+steps of the kernel PyTorch runs for the layer (helpers/requantization.py: the scales,
+bias and output scale applied in its order, rounded half to even), which makes the
+integers equal to PyTorch's on the models tested (tract's own fixed-point
 requantization differs by one step here and there). Per-channel weights carry their
 scales into that product. Dynamic linear layers quantize their input at run time with
 PyTorch's min/max rule (7 bits on x86/fbgemm) and scale the int32 sums in float as PyTorch
