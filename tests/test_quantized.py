@@ -87,8 +87,10 @@ def test_eager_static_conv_net(tmp_path, engine, per_channel):
     near = {"atol": 5 * qm.fc.scale} if engine == "qnnpack" else {}
     r = t2n.export(qm, (x,), tmp_path / "q.nnef.tgz", check=True, **near)
     assert r.passed
-    # two convs and the linear layer; c3 (groups=2) sums its integers in a float conv
-    assert r.op_histogram["tract_core_qconv"] == 3
+    # the two 3x3 convs; c3 (groups=2) sums its integers in a float conv, the linear
+    # layer (24 input features) in a float product (helpers/grouped_int8.py)
+    assert r.op_histogram["tract_core_qconv"] == 2
+    assert r.op_histogram["tract_core_einsum"] == 1, r.op_histogram
     _assert_int8(r, grouped=1)
     # saturating inputs too. x86 runs per-tensor convolutions through oneDNN, whose own
     # requantization rounds differently in a few places: those LSB differences compound
@@ -473,30 +475,37 @@ def test_quantize_per_tensor_rounds_far_values_and_ties(tmp_path):
             (dtype, zp)
 
 
-def test_depthwise_float_sums_keep_the_multiplier_out_of_the_kernel(tmp_path):
-    """The grouped route relies on tract keeping the requantization's per-channel multiply
-    after the float conv (tract 0.23.9 folds such a multiply into the kernel for
-    ungrouped convolutions only): folded, or merely applied before the bias, products
-    rounded at the output's scale round some outputs the other way. tract's integers are
-    compared with the x86 requantization (the running kernel's steps,
-    helpers/requantization.py) computed here from exact sums, float32 op for float op, on
-    2.4 M outputs spanning the 8-bit range, and with PyTorch's own."""
+# (groups, kernel, padding, the op tract runs the float sums in)
+_FLOAT_SUMS = {"depthwise 3x3": (64, 3, 1, "conv"), "pointwise 1x1": (1, 1, 0, "tract_core_einsum")}
+
+
+@pytest.mark.parametrize("layer", list(_FLOAT_SUMS))
+def test_float_sums_keep_the_multiplier_out_of_the_kernel(tmp_path, layer):
+    """The float routes (helpers/grouped_int8.py) rely on tract keeping the
+    requantization's per-channel multiply after the float product (tract 0.23.9 folds such
+    a multiply into the kernel of an ungrouped float conv, which is why 1x1 layers are an
+    einsum): folded, or merely applied before the bias, products rounded at the output's
+    scale round some outputs the other way. tract's integers are compared with the x86
+    requantization (the running kernel's steps, helpers/requantization.py) computed here
+    from exact sums, float32 op for float op, on 2.4 M outputs spanning the 8-bit range,
+    and with PyTorch's own."""
     import numpy as np
 
     from t2n.check.tract_runner import run_in_tract
 
+    groups, k, pad, op = _FLOAT_SUMS[layer]
     torch.manual_seed(0)
-    c, xs, x0, out_scale, out_zp = 64, 0.02, 128, 0.04, 128
-    w = torch.randn(c, 1, 3, 3)
+    c, xs, x0, out_scale, out_zp = 64, 0.02, 128, 0.04 * (1 if groups > 1 else 3), 128
+    w = torch.randn(c, c // groups, k, k)
     scales = (w.abs().flatten(1).amax(1) / 127).double()
     qw = torch.quantize_per_channel(w, scales, torch.zeros(c, dtype=torch.long), 0,
                                     torch.qint8)
     bias = torch.randn(c)
 
-    class Depthwise(torch.nn.Module):
+    class Layer(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.conv = torch.ao.nn.quantized.Conv2d(c, c, 3, padding=1, groups=c)
+            self.conv = torch.ao.nn.quantized.Conv2d(c, c, k, padding=pad, groups=groups)
             self.conv.set_weight_bias(qw, bias)
             self.conv.scale, self.conv.zero_point = out_scale, out_zp
 
@@ -507,27 +516,28 @@ def test_depthwise_float_sums_keep_the_multiplier_out_of_the_kernel(tmp_path):
     old = torch.backends.quantized.engine
     torch.backends.quantized.engine = "x86"
     try:
-        m = Depthwise().eval()
+        m = Layer().eval()
         x = torch.rand(1, c, 192, 192) * 5.1 - 2.56
-        out = tmp_path / "dw.nnef.tar"
+        out = tmp_path / "l.nnef.tar"
         r = t2n.export(m, (x,), out, capture="trace")
         # the running kernel's steps: fbgemm's, or oneDNN's on a CPU with AVX-512 VNNI
-        form = rq.requantization_form("conv", qw, True, [1, 1], [1, 1], [1, 1], c,
+        form = rq.requantization_form("conv", qw, True, [1, 1], [pad, pad], [1, 1], groups,
                                       (1, c, 192, 192), torch.quint8, False)
     finally:
         torch.backends.quantized.engine = old
-    assert r.op_histogram.get("conv") == 1, r.op_histogram
+    assert r.op_histogram.get(op) == 1 and "tract_core_qconv" not in r.op_histogram, \
+        r.op_histogram
     q = torch.quantize_per_tensor(x, xs, x0, torch.quint8).int_repr().double() - x0
-    acc = torch.nn.functional.conv2d(q, qw.int_repr().double(), padding=1, groups=c)
+    acc = torch.nn.functional.conv2d(q, qw.int_repr().double(), padding=pad, groups=groups)
     y = rq.apply(rq.requantization(form, qw.q_per_channel_scales(), xs, bias, out_scale,
                                    out_zp), acc)
     ref = (torch.clamp(y, 0, 255) - out_zp) * out_scale
     assert torch.unique(ref).numel() > 200  # the outputs use the 8-bit range
     got = run_in_tract(str(out), [x.numpy()])[0]
-    assert int((got != ref.numpy()).sum()) == 0, int((got != ref.numpy()).sum())
+    assert int((got != ref.numpy()).sum()) == 0, (layer, int((got != ref.numpy()).sum()))
     torch.backends.quantized.engine = "x86"
     try:
-        assert np.array_equal(got, m(x).numpy())
+        assert np.array_equal(got, m(x).numpy()), layer
     finally:
         torch.backends.quantized.engine = old
 

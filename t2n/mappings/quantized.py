@@ -33,7 +33,8 @@ from t2n.mappings.helpers.dynamic_quant import (DynamicInt8Products, dynamic_lin
                                                weight_parts)
 from t2n.mappings.helpers.quantize_rounding import (average_rounded_off_zero_point,
                                                     zero_point_rounded_with_product)
-from t2n.mappings.helpers.grouped_int8 import float_sums_exact, grouped_sums_in_float
+from t2n.mappings.helpers.grouped_int8 import (float_sums_exact, grouped_sums_in_float,
+                                               pointwise_in_float, pointwise_sums_in_float)
 from t2n.mappings.helpers.int8_inputs import signed_input, worth_it, zero_point_sums
 from t2n.mappings.helpers.recurrence import FLOAT_PRODUCTS, layers
 from t2n.mappings.helpers.requantization import (emit_steps, requantization,
@@ -173,22 +174,15 @@ def dequantize(g, self):
 
 
 # ---------------------------------------------------------------------------- int8 kernels
-def _weight_params(g, w: torch.Tensor):
-    """(integer weight, a0, a_scale, per-channel scales) of a qint8 weight."""
-    return weight_parts(g, w)
-
-
 def _qconv(g, x, wq: torch.Tensor, bias, stride, padding, dilation, groups, out_scale,
            out_zp, out_dtype, kind, relu=False):
     """Quantized convolution of quantized ``x`` with torch weight ``wq``.
 
-    tract_core_qconv computes the exact int32 sums ``sum((x - x0) * (w - w0))`` (every scale
-    1, so no requantization inside); the output is then requantized in float the way
-    PyTorch's kernels do: ``round_half_even((acc * x_scale * w_scale + bias) / out_scale)
-    + out_zp``, clamped, with the float bias (tract's fixed-point requantization of an
-    int32 bias differs from PyTorch by one step here and there). ``out_scale`` None returns
-    (acc, x_scale, w_scales) for dynamic layers."""
-    wi, a0, a_scale, a_scales = _weight_params(g, wq)
+    The exact int32 sums ``sum((x - x0) * (w - w0))`` come from tract_core_qconv (every
+    scale 1) or, where exact and faster, tract's float products (helpers/grouped_int8.py);
+    they are then requantized in float as PyTorch's kernel does. ``out_scale`` None
+    returns (acc, w_scales) for dynamic layers."""
+    wi, a0, a_scale, a_scales = weight_parts(g, wq)  # integers, a0, scale(s)
     n = wi.dim() - 2
     x_scale, x_zp = qparams(g, x) if _quantized(x) and out_scale is not None else (1.0, 0)
     w = g.variable(wi.contiguous(), _label(g, kind) + ".weight")
@@ -202,6 +196,8 @@ def _qconv(g, x, wq: torch.Tensor, bias, stride, padding, dilation, groups, out_
     if groups > 1 and out_scale is not None and float_sums_exact(wi, a0, _RANGE[x.dtype]):
         acc = grouped_sums_in_float(g, integers_as_float(g, x), w, a0, x_zp, groups, dilation,
                                     stride, padding, out_shape)
+    elif out_scale is not None and pointwise_in_float(wi, a0, _RANGE[x.dtype], stride, padding):
+        acc = pointwise_sums_in_float(g, integers_as_float(g, x), w, a0, x_zp, out_shape)
     else:
         xq, pads, b0, correction = x, padding, int(x_zp), None
         if out_scale is not None and worth_it(wi, x.dtype):  # helpers/int8_inputs.py
