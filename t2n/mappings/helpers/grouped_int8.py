@@ -38,11 +38,7 @@ def grouped_sums_in_float(g, xf, w, a0: int, x_zp: int, groups: int, dilation, s
     input's integers as float32) and the stored integer weight ``w``; padding with 0 after
     taking the zero point off is qconv's padding with the zero point."""
     f32 = torch.float32
-    if x_zp:
-        xf = g.binary("sub", xf, float(x_zp), f32)
-    wf = g.cast(w, f32)
-    if a0:
-        wf = g.binary("sub", wf, float(a0), f32)
+    xf, wf = _centred(g, xf, w, a0, x_zp)
     return g.op("conv", xf, wf, g.scalar(0.0, f32), border="constant",
                 padding=[(p, p) for p in padding], stride=list(stride), dilation=list(dilation),
                 groups=groups, out_shape=out_shape, out_dtype=f32)
@@ -72,11 +68,7 @@ def pointwise_sums_in_float(g, xf, w, a0: int, x_zp: int, out_shape):
     from t2n.mappings.helpers.matrix import einsum_op
 
     f32 = torch.float32
-    if x_zp:
-        xf = g.binary("sub", xf, float(x_zp), f32)
-    wf = g.cast(w, f32)
-    if a0:
-        wf = g.binary("sub", wf, float(a0), f32)
+    xf, wf = _centred(g, xf, w, a0, x_zp)
     n, c = xf.shape[0], xf.shape[1]
     hw = 1
     for d in xf.shape[2:]:
@@ -86,3 +78,12 @@ def pointwise_sums_in_float(g, xf, w, a0: int, x_zp: int, out_shape):
     x3 = g.reshape(xf, [n, c, hw])
     y = einsum_op(g, "oc,nch->noh", [wf, x3], [n, o, hw], f32)
     return g.reshape(y, out_shape)
+
+
+def _centred(g, xf, w, a0: int, x_zp: int):
+    """``x - x_zp`` and the stored integer weight ``w - a0``, as exact float32 integers."""
+    f32 = torch.float32
+    if x_zp:
+        xf = g.binary("sub", xf, float(x_zp), f32)
+    wf = g.cast(w, f32)
+    return xf, (g.binary("sub", wf, float(a0), f32) if a0 else wf)
