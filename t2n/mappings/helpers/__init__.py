@@ -24,7 +24,11 @@ the builder, the registry's types and other helpers (no cycles). A helper takes 
   torch's quantized convolution and linear kernels take (fbgemm, qnnpack, oneDNN), asked
   of it once per layer structure;
 - :mod:`.dynamic_quant`: PyTorch's dynamic quantization (run-time u8 input parameters,
-  int8 x int8 -> int32 in ``tract_core_qconv``), for dynamic linear and recurrent layers;
+  int8 x int8 -> int32 in ``tract_core_einsum_q``), for dynamic linear and recurrent layers;
+- :mod:`.grouped_int8`, :mod:`.int8_inputs`, :mod:`.round_by_adds`: the faster forms of
+  the static int8 layers with the same integers (grouped and few-channel 1x1 sums in
+  tract's float products, an int8 input with zero point 0 where tract would re-sum a large
+  weight at every run, rounding half to even by two float32 additions);
 - :mod:`.special_expr`, :mod:`.gamma`: the expression layer of the special functions and the
   gamma-family kernels;
 - :mod:`.complex`: complex tensors' (re, im) real form (parts, construction, running a real
