@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import torch
 
+from t2n.mappings.helpers.round_by_adds import rounded_plus
+
 _SMALL_SCALE = 6.1e-5  # PyTorch's SMALL_SCALE_THRESHOLD (QuantUtils.h)
 
 
@@ -88,11 +90,6 @@ def reduce_range_for_engine(reduce_range: bool) -> bool:
     return bool(reduce_range) and torch.backends.quantized.engine != "qnnpack"
 
 
-# float32: adding then subtracting 1.5 * 2^23 rounds to an integer, half to even, for
-# |v| < 2^22 (the sum's unit in the last place is 1); see :func:`dynamic_quantize`
-_ROUNDER = 12582912.0
-
-
 def _range_end(g, kind: str, x):
     """``min(x.min(), 0)`` (``kind`` "min_reduce") or ``max(x.max(), 0)`` over the whole
     tensor, every axis kept at size 1. tract's float min/max reductions never return an
@@ -114,9 +111,9 @@ def dynamic_quantize(g, x, reduce_range: bool):
 
     The integers are ``round_half_even(f32(x * (1 / scale) + zero_point))`` saturated to
     0..255: the product and the sum in f64 (exact: fbgemm's fused multiply-add rounds
-    once, to f32), then in f32 ``(v + 1.5 * 2^23) - 1.5 * 2^23``, which rounds half to even
-    for |v| < 2^22 (tract keeps the two adds: checked in its optimised graph), and the cast
-    to u8, which saturates (Rust's ``as``: beyond 255 gives 255, below 0 and NaN give 0,
+    once, to f32), then in f32 ``(v + 1.5 * 2^23) - 1.5 * 2^23`` (helpers/round_by_adds.py),
+    which rounds half to even for |v| < 2^22 (tract keeps the two adds: checked in its
+    optimised graph), and the cast to u8, which saturates (Rust's ``as``: beyond 255 gives 255, below 0 and NaN give 0,
     as fbgemm's clamp of its int32 does). A value beyond 2^22 in magnitude rounds to a
     neighbouring even number there, which saturates all the same. Two elementwise passes
     fewer than ``tract_core_round_even`` and a clamp."""
@@ -133,7 +130,7 @@ def dynamic_quantize(g, x, reduce_range: bool):
     inv = g.binary("div", 1.0, scale, f32)
     v = g.binary("add", g.binary("mul", g.cast(x, f64), g.cast(inv, f64), f64),
                  g.cast(zp, f64), f64)
-    v = g.binary("sub", g.binary("add", g.cast(v, f32), _ROUNDER, f32), _ROUNDER, f32)
+    v = rounded_plus(g, g.cast(v, f32), 0, (0, 255))  # the u8 cast saturates: the clamp
     q = g.op("tract_core_cast", v, to="u8", out_dtype=torch.quint8)
     return q, scale, zp
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from t2n.mappings.helpers.matrix import einsum_op
+
 _EXACT_BELOW = 2 ** 24
 
 
@@ -65,8 +67,6 @@ def pointwise_sums_in_float(g, xf, w, a0: int, x_zp: int, out_shape):
     channels. Written as an einsum rather than a conv: tract folds a per-channel multiply
     that follows an ungrouped float conv into its kernel, which it does not do to an
     einsum's operand (a test pins it)."""
-    from t2n.mappings.helpers.matrix import einsum_op
-
     f32 = torch.float32
     xf, wf = _centred(g, xf, w, a0, x_zp)
     n, c = xf.shape[0], xf.shape[1]

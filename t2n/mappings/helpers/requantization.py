@@ -138,16 +138,16 @@ def emit_steps(g, r: Requantization, acc, shape):
     channels = acc.shape[shape.index(-1)]
     kinds = [op for op, _ in r.steps]
     for i, (op, c) in enumerate(r.steps):
-        in_pair = op == "mul" and "mul" in kinds[max(i - 1, 0):i] + kinds[i + 1:i + 2]
+        c = c.reshape(shape)
+        paired = op == "mul" and "mul" in kinds[max(i - 1, 0):i] + kinds[i + 1:i + 2]
         if op == "add_exact":  # a fused multiply-add: its exact product in f64, one rounding
-            y = g.cast(g.binary("add", g.cast(y, f64), g.const(c.reshape(shape)), f64), f32)
-        elif in_pair and not (isinstance(channels, int) and channels > 1):
-            y = _product_rounded_alone(g, y, c.reshape(shape)) if kinds[i - 1:i] == ["mul"] \
-                else g.binary(op, y, g.const(c.reshape(shape)), f32)
-        elif in_pair:  # two products in a row: each constant per channel (see below)
+            y = g.cast(g.binary("add", g.cast(y, f64), g.const(c), f64), f32)
+        elif paired and channels > 1:  # two products in a row: each constant per channel
             y = g.binary(op, y, g.const(c.reshape(-1).expand(channels).reshape(shape)), f32)
+        elif paired and kinds[i - 1] == "mul":  # a single channel: see the function
+            y = _product_rounded_alone(g, y, c)
         else:
-            y = g.binary(op, y, g.const(c.reshape(shape)), f32)
+            y = g.binary(op, y, g.const(c), f32)
     if r.zero_point_inside and r.zero_point:
         y = g.binary("add", y, float(r.zero_point), f32)
     return y
