@@ -32,6 +32,7 @@ from t2n.mappings.helpers.dynamic_quant import (DynamicInt8Products, dynamic_lin
                                                int8_weight, reduce_range_for_engine,
                                                weight_parts)
 from t2n.mappings.helpers.quantize_rounding import (average_rounded_off_zero_point,
+                                                    int32_wrapped,
                                                     zero_point_rounded_with_product)
 from t2n.mappings.helpers.grouped_int8 import (float_sums_exact, grouped_sums_in_float,
                                                pointwise_in_float, pointwise_sums_in_float)
@@ -146,8 +147,8 @@ def _quantize_fused(g, x, scale: float, zero_point: int, qdtype):
     f32, f64 = torch.float32, torch.float64
     inv = float(torch.tensor(1.0, dtype=f32) / torch.tensor(scale, dtype=f32))
     if not fused:
-        return _rounded_to(g, g.binary("mul", g.cast(x, f32), inv, f32), scale, zero_point,
-                           qdtype)
+        product = int32_wrapped(g, g.binary("mul", g.cast(x, f32), inv, f32), zero_point)
+        return _rounded_to(g, product, scale, zero_point, qdtype)
     y = g.binary("mul", g.cast(g.cast(x, f32), f64), inv, f64)
     if zero_point:
         y = g.binary("add", y, float(zero_point), f64)

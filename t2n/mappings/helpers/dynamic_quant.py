@@ -14,7 +14,9 @@ PyTorch's kernels do:
   ``SMALL_SCALE_THRESHOLD``), 0.1 when the range is empty (all zeros);
 - ``zero_point = clamp(round_half_even(-min / scale), 0, qmax)`` (the unraised scale);
 - ``q = clamp(round_half_even(x * (1 / scale) + zero_point), 0, 255)``, the product and
-  the sum rounded once (fbgemm's fused multiply-add; computed in f64, exact);
+  the sum rounded once (fbgemm's fused multiply-add; computed in f64, exact) up to torch
+  2.13; torch 2.14 rounds the product first and adds the zero point after (the running
+  torch is asked: helpers/quantize_rounding.py);
 - ``m = f32(x_scale * w_scale[row])``, then ``y = fma(f32(acc), m, bias)`` (fbgemm: x86
   and fbgemm engines) or ``f32(acc) * m + bias`` (qnnpack).
 
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
+from t2n.mappings.helpers.quantize_rounding import dynamic_zero_point_rounded_with_product
 from t2n.mappings.helpers.round_by_adds import rounded_plus
 
 _SMALL_SCALE = 6.1e-5  # PyTorch's SMALL_SCALE_THRESHOLD (QuantUtils.h)
@@ -113,8 +116,10 @@ def dynamic_quantize(g, x, reduce_range: bool):
     0..255: the product and the sum in f64 (exact: fbgemm's fused multiply-add rounds
     once, to f32), then in f32 ``(v + 1.5 * 2^23) - 1.5 * 2^23`` (helpers/round_by_adds.py),
     which rounds half to even for |v| < 2^22 (tract keeps the two adds: checked in its
-    optimised graph), and the cast to u8, which saturates (Rust's ``as``: beyond 255 gives 255, below 0 and NaN give 0,
-    as fbgemm's clamp of its int32 does). A value beyond 2^22 in magnitude rounds to a
+    optimised graph), and the cast to u8, which saturates (Rust's ``as``: beyond 255 gives
+    255, below 0 and NaN give 0, as fbgemm's clamp of its int32 does). Where this torch
+    rounds the float32 product first and adds the zero point after (torch 2.14), so do these
+    additions. A value beyond 2^22 in magnitude rounds to a
     neighbouring even number there, which saturates all the same. Two elementwise passes
     fewer than ``tract_core_round_even`` and a clamp."""
     qmax = 127.0 if reduce_range else 255.0
@@ -128,9 +133,17 @@ def dynamic_quantize(g, x, reduce_range: bool):
     zp = g.op("clamp", g.op("tract_core_round_even", zp), 0.0, qmax)
     scale = g.cast(g.op("max", raw, _SMALL_SCALE), f32)
     inv = g.binary("div", 1.0, scale, f32)
-    v = g.binary("add", g.binary("mul", g.cast(x, f64), g.cast(inv, f64), f64),
-                 g.cast(zp, f64), f64)
-    v = rounded_plus(g, g.cast(v, f32), 0, (0, 255))  # the u8 cast saturates: the clamp
+    fused = dynamic_zero_point_rounded_with_product(int(qmax))
+    if fused is None:
+        raise g.error(f"this PyTorch ({torch.__version__}) rounds the input of a dynamic "
+                      "quantized layer in a way t2n does not know (neither fbgemm's fused "
+                      "multiply-add nor the product rounded first)")
+    if fused:
+        v = g.binary("add", g.binary("mul", g.cast(x, f64), g.cast(inv, f64), f64),
+                     g.cast(zp, f64), f64)
+        v = rounded_plus(g, g.cast(v, f32), 0, (0, 255))  # the u8 cast saturates: the clamp
+    else:
+        v = rounded_plus(g, g.binary("mul", x, inv, f32), zp, (0, 255))
     q = g.op("tract_core_cast", v, to="u8", out_dtype=torch.quint8)
     return q, scale, zp
 

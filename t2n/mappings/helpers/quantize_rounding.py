@@ -12,6 +12,13 @@ of its output. Which kernel a torch build runs is not something its version alon
 (build variants differ in their kernels), so the answer comes from the running torch: five
 values where the two forms give different integers (found among 2 M random values), scale
 0.0371 and zero point 57. A torch matching neither form is refused rather than guessed.
+The dynamic layers (``quantized::linear_dynamic``) quantize their input in a kernel of their
+own, so they are asked on their own (``dynamic_zero_point_rounded_with_product``).
+
+torch 2.14's separate form also adds the zero point to an int32 that wraps: a product at
+or below ``-2**31`` (``-inf`` included) plus a negative zero point becomes a large positive
+number, so it quantizes to the type's maximum (torch <= 2.13 gives the minimum). That too is
+asked (``wraps_below_int32``) and reproduced (``int32_wrapped``).
 """
 
 from __future__ import annotations
@@ -38,6 +45,67 @@ def zero_point_rounded_with_product() -> bool | None:
     if q == [p[1] for p in _PROBE]:
         return True
     if q == [p[2] for p in _PROBE]:
+        return False
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def wraps_below_int32() -> bool:
+    """Whether this torch's ``quantize_per_tensor`` turns a product at or below ``-2**31``
+    plus a negative zero point into the type's maximum (an int32 that wraps)."""
+    x = torch.tensor([-2.0 ** 31, -1e10, float("-inf")], dtype=torch.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = torch.quantize_per_tensor(x, 1.0, -3, torch.qint8).int_repr().tolist()
+    return q == [127, 127, 127]
+
+
+def int32_wrapped(g, product, zero_point: int):
+    """``product`` (float32 ``x * inv``) with the values whose int32 sum with a negative
+    ``zero_point`` wraps in this torch moved to ``+2**31``, which clamps to the maximum as
+    the wrapped sum does; ``product`` itself elsewhere."""
+    if zero_point >= 0 or not wraps_below_int32():
+        return product
+    f32 = torch.float32
+    below = g.binary("le", product, -(2.0 ** 31), f32, out_dtype=torch.bool)
+    return g.op("select", below, g.scalar(2.0 ** 31, f32), product, out_dtype=f32)
+
+
+def dynamic_zero_point_rounded_with_product(qmax: int) -> bool | None:
+    """The same question for the input quantization of ``quantized::linear_dynamic`` on the
+    selected quantized engine with ``qmax`` levels (127: ``reduce_range``): True when it
+    rounds ``fma(x, inv, zero_point)``, False when ``round(x * inv) + zero_point``, None for
+    neither. Asked with an input of range -1 .. 2 (its scale and zero point follow from it)
+    and 16 values near rounding ties where the two forms differ; an identity weight returns
+    the integers: ``(q - zero_point) * c``, with ``c`` read from the range's two ends."""
+    return _dynamic_form(torch.backends.quantized.engine, qmax)
+
+
+@functools.lru_cache(maxsize=None)
+def _dynamic_form(engine: str, qmax: int) -> bool | None:
+    raw = 3.0 / qmax  # the range -1 .. 2, in double as PyTorch chooses it
+    scale = torch.tensor(raw, dtype=torch.float32)
+    zero_point = float(min(max(round(1.0 / raw), 0), qmax))
+    inv = torch.tensor(1.0, dtype=torch.float32) / scale
+    ties = (torch.arange(1, qmax - 1, dtype=torch.float64) - zero_point + 0.5) * float(scale)
+    near = torch.cat([ties.to(torch.float32) * (1 + k * 2.0 ** -23) for k in (1, -1, 2, -2)])
+    near = near[near.abs() < 1].to(torch.float32)
+    fused = torch.round((near.double() * float(inv) + zero_point).float())
+    separate = torch.round(near * inv) + zero_point
+    probe = near[fused != separate][:16]
+    if probe.numel() == 0:
+        return None
+    x = torch.cat([torch.tensor([-1.0, 2.0]), probe])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w = torch.quantize_per_tensor(torch.eye(x.numel()), 1 / 127, 0, torch.qint8)
+        packed = torch.ops.quantized.linear_prepack(w, None)
+        y = torch.ops.quantized.linear_dynamic(x[None], packed, qmax == 127)[0].double()
+    c = (y[1] - y[0]) / qmax
+    q = torch.round((y[2:] - y[0]) / c)
+    if torch.equal(q, fused[fused != separate][:16].double()):
+        return True
+    if torch.equal(q, separate[fused != separate][:16].double()):
         return False
     return None
 
