@@ -48,7 +48,8 @@ class CheckSettings:
 
 @dataclass
 class QuantizedValues:
-    """What the walk learns of torch.ao quantized tensors (:mod:`t2n.mappings.quantized`)."""
+    """What the walk learns of torch.ao quantized tensors (:mod:`t2n.mappings.quantized`,
+    :mod:`t2n.mappings.helpers.quantized_tensors`)."""
 
     params: dict[int, tuple] = field(default_factory=dict)  # id(tensor) -> (scale, zero point)
     steps: dict[int, float] = field(default_factory=dict)  # id(output) -> its quantization step
@@ -58,6 +59,9 @@ class QuantizedValues:
     # made it computed them (a requantization's clamp): float consumers read these
     # instead of casting the integers back
     as_float: dict[int, Any] = field(default_factory=dict)
+    # id(twin) -> (the float it clamps, lo, hi): a later clamp of the same integers to a
+    # narrower range clamps that float once (mappings/helpers/quantized_tensors.py)
+    clamped: dict[int, tuple] = field(default_factory=dict)
     count: int = 0  # labels of the constants the quantized mappings store
 
     def label(self, kind: str) -> str:

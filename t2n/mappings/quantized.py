@@ -1,9 +1,7 @@
 """PyTorch-quantized models (torch.ao eager and FX mode, x86/fbgemm and qnnpack engines).
 
-A quantized tensor is its integer representation in the graph (u8 for ``quint8``, i8 for
-``qint8``), labelled with its torch dtype; its scale and zero point travel beside it in
-``g.qparams`` (ops that keep them, such as reshapes and max pooling, are followed back to
-the tensor that has them). The int8 work runs in tract's quantized convolution,
+A quantized tensor is its integer representation in the graph, its scale and zero point
+beside it (helpers/quantized_tensors.py). The int8 work runs in tract's quantized convolution,
 ``tract_core_qconv`` (``a`` = filter, ``b`` = input; its int8 x int8 -> int32 kernels):
 convolutions directly, linear layers as 1-wide 1-D convolutions (grouped convolutions sum
 their integers in tract's faster float conv where that is exact: helpers/grouped_int8.py).
@@ -15,7 +13,9 @@ requantization differs by one step here and there). Per-channel weights carry th
 scales into that product. Dynamic linear layers quantize their input at run time with
 PyTorch's min/max rule (7 bits on x86/fbgemm) and scale the int32 sums in float as PyTorch
 does. Element-wise quantized ops (add, cat, batch norm, activations) dequantize, compute in
-float and requantize to their output parameters; averaging pools round the average of the
+float and requantize to their output parameters, except those the running torch's kernel
+runs as a clamp of the integers (hardtanh, relu6, clamp, relu: one clamp,
+helpers/quantized_clamps.py); averaging pools round the average of the
 integers (or, where the running torch's kernel does, the average minus the zero point) half
 to even, as PyTorch does. Rounding half to even is two float32 additions where an 8-bit
 clamp follows (helpers/round_by_adds.py), and a requantized tensor keeps its clamped float
@@ -38,6 +38,10 @@ from t2n.mappings.helpers.grouped_int8 import (float_sums_exact, grouped_sums_in
                                                pointwise_in_float, pointwise_sums_in_float)
 from t2n.mappings.helpers.int8_inputs import signed_input, worth_it, zero_point_sums
 from t2n.mappings.helpers.recurrence import FLOAT_PRODUCTS, layers
+from t2n.mappings.helpers.quantized_clamps import integer_clamp_bounds
+from t2n.mappings.helpers.quantized_tensors import (RANGE, dequantize_tensor, integers_as_float,
+                                                   integers_clamped, is_quantized, qparams,
+                                                   quantize, rounded_to, set_qparams)
 from t2n.mappings.helpers.requantization import (emit_steps, requantization,
                                                   requantization_form)
 from t2n.mappings.helpers.round_by_adds import rounded_plus
@@ -46,81 +50,16 @@ from t2n import dtypes
 from t2n.walk.registry import aten, lookup, own_shapes, quantized_variant
 
 _QCODES = {12: torch.qint8, 13: torch.quint8, 14: torch.qint32}  # ScalarType codes
-_RANGE = {torch.quint8: (0, 255), torch.qint8: (-128, 127), torch.qint32: (-2 ** 31, 2 ** 31 - 1)}
-# ops whose output is the input's integers rearranged or selected: same scale and zero point
-_KEEPS_QPARAMS = {"reshape", "squeeze", "unsqueeze", "transpose", "slice", "max_pool",
-                  "tract_core_gather", "tract_core_broadcast", "copy", "concat", "pad",
-                  "tract_core_downsample", "tile", "max", "nearest_upsample"}
-
-
-# ---------------------------------------------------------------------------- qparams
-def _table(g) -> dict:
-    return g.session.quantized.params
-
-
-def set_qparams(g, t, scale: float, zero_point: int):
-    _table(g)[id(t)] = (float(scale), int(zero_point))
-    return t
-
-
-def qparams(g, t) -> tuple[float, int]:
-    """(scale, zero point) of a quantized tensor, following qparams-keeping ops back."""
-    table = _table(g)
-    seen = 0
-    while id(t) not in table:
-        op = next((o for o in reversed(g.ops) if any(x is t for x in o.outputs)), None)
-        seen += 1
-        if op is None or op.kind not in _KEEPS_QPARAMS or seen > 1000:
-            raise g.error("the scale and zero point of a quantized tensor are unknown here "
-                          f"(it comes from {op.kind if op else 'outside the graph'})")
-        src = op.args[0]
-        t = src[0] if isinstance(src, (list, tuple)) else src
-    return table[id(t)]
-
-
-def _quantized(x) -> bool:
-    return hasattr(x, "dtype") and x.dtype in dtypes.QUANTIZED
 
 
 def _label(g, kind: str) -> str:
     return g.session.quantized.label(kind)
 
 
-# ---------------------------------------------------------------------------- float <-> int
-def quantize(g, x, scale: float, zero_point: int, qdtype):
-    """``clamp(round_half_even(x / scale) + zero_point)`` as ``qdtype``'s integers."""
-    return _quantize(g, x, scale, zero_point, qdtype)
-
-
-def _quantize(g, x, scale, zero_point, qdtype, relu=False):
-    y = g.binary("mul", g.cast(x, torch.float32), float(1.0 / scale), torch.float32)
-    return _rounded_to(g, y, scale, zero_point, qdtype, relu)
-
-
-def integers_as_float(g, q):
-    """The integers of quantized ``q`` as float32: the float the requantization that made
-    ``q`` clamped (the same numbers, exactly) when there is one, so that a consumer in
-    float (a residual add, a pool) costs no cast back and the cast to 8 bits is dropped
-    when no integer op reads it; else a cast."""
-    twin = g.session.quantized.as_float.get(id(q))
-    return twin if twin is not None else g.op("tract_core_cast", q, to="f32",
-                                              out_dtype=torch.float32)
-
-
-def dequantize_tensor(g, q, dtype=torch.float32):
-    scale, zp = qparams(g, q)
-    x = integers_as_float(g, q)
-    if zp:
-        x = g.binary("sub", x, float(zp), torch.float32)
-    x = g.binary("mul", x, float(scale), torch.float32)
-    return g.cast(x, dtype)
-
-
 def _relu_q(g, q):
     """ReLU on integers: max(q, zero point)."""
-    zp = qparams(g, q)[1]
-    storage = dtypes.QUANTIZED[q.dtype]
-    return g.op("max", q, g.const(torch.tensor(zp, dtype=storage)), out_dtype=q.dtype)
+    lo, hi = RANGE[q.dtype]
+    return integers_clamped(g, q, max(lo, qparams(g, q)[1]), hi)
 
 
 @aten("quantize_per_tensor")
@@ -148,11 +87,11 @@ def _quantize_fused(g, x, scale: float, zero_point: int, qdtype):
     inv = float(torch.tensor(1.0, dtype=f32) / torch.tensor(scale, dtype=f32))
     if not fused:
         product = int32_wrapped(g, g.binary("mul", g.cast(x, f32), inv, f32), zero_point)
-        return _rounded_to(g, product, scale, zero_point, qdtype)
+        return rounded_to(g, product, scale, zero_point, qdtype)
     y = g.binary("mul", g.cast(g.cast(x, f32), f64), inv, f64)
     if zero_point:
         y = g.binary("add", y, float(zero_point), f64)
-    return _rounded_to(g, g.cast(y, f32), scale, 0, qdtype, zero_point=zero_point)
+    return rounded_to(g, g.cast(y, f32), scale, 0, qdtype, zero_point=zero_point)
 
 
 def _number(g, v, what):
@@ -166,7 +105,7 @@ def _number(g, v, what):
 
 @aten("dequantize")
 def dequantize(g, self):
-    if not _quantized(self):
+    if not is_quantized(self):
         return self
     out = dequantize_tensor(g, self)
     # the check accepts one quantization step of difference on this output (t2n.api)
@@ -185,7 +124,7 @@ def _qconv(g, x, wq: torch.Tensor, bias, stride, padding, dilation, groups, out_
     returns (acc, w_scales) for dynamic layers."""
     wi, a0, a_scale, a_scales = weight_parts(g, wq)  # integers, a0, scale(s)
     n = wi.dim() - 2
-    x_scale, x_zp = qparams(g, x) if _quantized(x) and out_scale is not None else (1.0, 0)
+    x_scale, x_zp = qparams(g, x) if is_quantized(x) and out_scale is not None else (1.0, 0)
     w = g.variable(wi.contiguous(), _label(g, kind) + ".weight")
     per = a_scales if a_scales is not None else torch.tensor([a_scale])
     spatial = []
@@ -194,10 +133,10 @@ def _qconv(g, x, wq: torch.Tensor, bias, stride, padding, dilation, groups, out_
         k = wi.shape[2 + i]
         spatial.append((length + 2 * padding[i] - dilation[i] * (k - 1) - 1) // stride[i] + 1)
     out_shape = [x.shape[0], wi.shape[0]] + spatial
-    if groups > 1 and out_scale is not None and float_sums_exact(wi, a0, _RANGE[x.dtype]):
+    if groups > 1 and out_scale is not None and float_sums_exact(wi, a0, RANGE[x.dtype]):
         acc = grouped_sums_in_float(g, integers_as_float(g, x), w, a0, x_zp, groups, dilation,
                                     stride, padding, out_shape)
-    elif out_scale is not None and pointwise_in_float(wi, a0, _RANGE[x.dtype], stride, padding):
+    elif out_scale is not None and pointwise_in_float(wi, a0, RANGE[x.dtype], stride, padding):
         acc = pointwise_sums_in_float(g, integers_as_float(g, x), w, a0, x_zp, out_shape)
     else:
         xq, pads, b0, correction = x, padding, int(x_zp), None
@@ -277,22 +216,8 @@ def _requantized_sums(g, acc, w_scales, x_scale, bias, shape, out_scale, out_zp,
     r = requantization(form, w_scales, x_scale, bias, out_scale, out_zp)
     y = emit_steps(g, r, acc, shape)  # with the zero point when it goes inside the rounding
     if not r.zero_point_inside:
-        return _rounded_to(g, y, out_scale, out_zp, out_dtype, relu)
-    return _rounded_to(g, y, out_scale, 0, out_dtype, relu, zero_point=out_zp)
-
-
-def _rounded_to(g, y, scale, add_zero_point, qdtype, relu=False, zero_point=None):
-    """``clamp(round_half_even(y) + add_zero_point)`` as ``qdtype``'s integers, labelled
-    with ``zero_point`` (``add_zero_point`` unless given: 0 when ``y`` holds it already);
-    a ReLU raises the lower bound to the zero point (the same as ``max(q, zero_point)``
-    after it)."""
-    zero_point = add_zero_point if zero_point is None else zero_point
-    lo, hi = _RANGE[qdtype]
-    y = rounded_plus(g, y, int(add_zero_point), (lo, hi))
-    y = g.op("clamp", y, float(max(lo, zero_point) if relu else lo), float(hi))
-    q = g.op("tract_core_cast", y, to=dtypes.tract_name(qdtype), out_dtype=qdtype)
-    g.session.quantized.as_float[id(q)] = y
-    return set_qparams(g, q, scale, zero_point)
+        return rounded_to(g, y, out_scale, out_zp, out_dtype, relu)
+    return rounded_to(g, y, out_scale, 0, out_dtype, relu, zero_point=out_zp)
 
 
 def _packed_conv(g, packed, what):
@@ -459,7 +384,7 @@ def _float_bias(b, w):
 
 # ---------------------------------------------------------------------------- float paths
 def _requantized(g, f, scale, zero_point, qdtype, relu=False):
-    return _quantize(g, f, float(scale), int(zero_point), qdtype, relu)
+    return quantize(g, f, float(scale), int(zero_point), qdtype, relu)
 
 
 @aten("quantized::add", "quantized::add_relu", "quantized::mul", "quantized::mul_relu")
@@ -516,7 +441,7 @@ def averaging_on_integers(g, self, *args):
     memory layout and the torch version, helpers/quantize_rounding.py); so does this, on
     the integers as exact floats."""
     scale, zp = qparams(g, self)
-    lo, hi = _RANGE[self.dtype]
+    lo, hi = RANGE[self.dtype]
     name = g.node.op.removeprefix("aten::")
     f = _float_call(g, name, integers_as_float(g, self), *args)
     probe = name + " global" if name.startswith("adaptive") and _all_ones(args[0]) else name
@@ -552,9 +477,14 @@ def _channels_last(g, x) -> bool:
                    "upsample_nearest2d")
 def same_qparams_in_float(g, self, *args):
     """Element-wise ops whose quantized kernel keeps the input's scale and zero point:
-    computed on the dequantized values and requantized."""
+    one clamp of the integers where the running torch's kernel is one
+    (helpers/quantized_clamps.py), else computed on the dequantized values and requantized."""
     scale, zp = qparams(g, self)
-    f = _float_call(g, g.node.op.removeprefix("aten::"), dequantize_tensor(g, self), *args)
+    name = g.node.op.removeprefix("aten::")
+    bounds = integer_clamp_bounds(name, args, scale, zp, self.dtype)
+    if bounds is not None:
+        return integers_clamped(g, self, *bounds)
+    f = _float_call(g, name, dequantize_tensor(g, self), *args)
     return quantize(g, f, scale, zp, self.dtype)
 
 
@@ -594,4 +524,7 @@ def quantized_leaky_relu(g, qx, negative_slope, inplace, output_scale, output_ze
 @aten("quantized::relu6")
 def quantized_relu6(g, qx, inplace=False):
     scale, zp = qparams(g, qx)
+    bounds = integer_clamp_bounds("relu6", (), scale, zp, qx.dtype)
+    if bounds is not None:
+        return integers_clamped(g, qx, *bounds)
     return _activation(g, qx, scale, zp, "hardtanh", 0.0, 6.0)

@@ -20,6 +20,12 @@ the builder, the registry's types and other helpers (no cycles). A helper takes 
 - :mod:`.normalization`: batch-norm statistics and per-channel affine;
 - :mod:`.recurrence`: the recurrent layers as ``tract_core_scan`` loops (``recurrent`` and
   the dynamically quantized LSTM/GRU of ``quantized``), with float or int8 products;
+- :mod:`.quantized_tensors`: a torch.ao quantized tensor in the graph (its integers, scale
+  and zero point, the exact float32 twin a requantization leaves), quantize, dequantize,
+  requantize and clamp the integers;
+- :mod:`.quantized_clamps`, :mod:`.quantize_rounding`: what the running torch's quantized
+  kernels do, asked of them (which element-wise ops clamp the integers; where quantization
+  adds the zero point; how averages round);
 - :mod:`.requantization`: the float steps from int32 sums to integers that the running
   torch's quantized convolution and linear kernels take (fbgemm, qnnpack, oneDNN), asked
   of it once per layer structure;

@@ -1,0 +1,105 @@
+"""A torch.ao quantized tensor in the graph: its integers, their scale and zero point, and the
+float32 copy of the integers a requantization leaves beside them.
+
+A quantized tensor is its integer representation (u8 for ``quint8``, i8 for ``qint8``),
+labelled with its torch dtype. Its scale and zero point live in the export session's table
+(``session.quantized.params``), keyed by the tensor; ops that keep them (reshapes, max
+pooling, concatenation of equal parameters) are followed back to the tensor that has them.
+The integers a requantization computes exist first as exact floats (rounded and clamped);
+that float, the *twin*, is kept (``session.quantized.as_float``), so a consumer computing
+in float reads it instead of casting the integers back, and the cast to 8 bits disappears
+when no integer op reads it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from t2n import dtypes
+from t2n.mappings.helpers.round_by_adds import rounded_plus
+
+RANGE = {torch.quint8: (0, 255), torch.qint8: (-128, 127), torch.qint32: (-2 ** 31, 2 ** 31 - 1)}
+# ops whose output is the input's integers rearranged or selected: same scale and zero point
+_KEEPS_QPARAMS = {"reshape", "squeeze", "unsqueeze", "transpose", "slice", "max_pool",
+                  "tract_core_gather", "tract_core_broadcast", "copy", "concat", "pad",
+                  "tract_core_downsample", "tile", "max", "nearest_upsample"}
+
+
+def is_quantized(x) -> bool:
+    return hasattr(x, "dtype") and x.dtype in dtypes.QUANTIZED
+
+
+def set_qparams(g, t, scale: float, zero_point: int):
+    g.session.quantized.params[id(t)] = (float(scale), int(zero_point))
+    return t
+
+
+def qparams(g, t) -> tuple[float, int]:
+    """(scale, zero point) of a quantized tensor, following qparams-keeping ops back."""
+    table = g.session.quantized.params
+    seen = 0
+    while id(t) not in table:
+        op = next((o for o in reversed(g.ops) if any(x is t for x in o.outputs)), None)
+        seen += 1
+        if op is None or op.kind not in _KEEPS_QPARAMS or seen > 1000:
+            raise g.error("the scale and zero point of a quantized tensor are unknown here "
+                          f"(it comes from {op.kind if op else 'outside the graph'})")
+        src = op.args[0]
+        t = src[0] if isinstance(src, (list, tuple)) else src
+    return table[id(t)]
+
+
+def integers_as_float(g, q):
+    """The integers of quantized ``q`` as float32: its twin (the same numbers, exactly)
+    when it has one, else a cast."""
+    twin = g.session.quantized.as_float.get(id(q))
+    return twin if twin is not None else g.op("tract_core_cast", q, to="f32",
+                                              out_dtype=torch.float32)
+
+
+def dequantize_tensor(g, q, dtype=torch.float32):
+    """``(q - zero_point) * scale`` in float32, as ``dtype``."""
+    scale, zp = qparams(g, q)
+    x = integers_as_float(g, q)
+    if zp:
+        x = g.binary("sub", x, float(zp), torch.float32)
+    x = g.binary("mul", x, float(scale), torch.float32)
+    return g.cast(x, dtype)
+
+
+def quantize(g, x, scale: float, zero_point: int, qdtype, relu=False):
+    """``clamp(round_half_even(x * (1 / scale)) + zero_point)`` as ``qdtype``'s integers (the
+    inverse scale computed in double, rounded to float32)."""
+    y = g.binary("mul", g.cast(x, torch.float32), float(1.0 / scale), torch.float32)
+    return rounded_to(g, y, scale, zero_point, qdtype, relu)
+
+
+def rounded_to(g, y, scale, add_zero_point, qdtype, relu=False, zero_point=None):
+    """``clamp(round_half_even(y) + add_zero_point)`` as ``qdtype``'s integers, labelled
+    with ``zero_point`` (``add_zero_point`` unless given: 0 when ``y`` holds it already);
+    a ReLU raises the lower bound to the zero point (the same as ``max(q, zero_point)``
+    after it). The clamped float is the result's twin."""
+    zero_point = add_zero_point if zero_point is None else zero_point
+    lo, hi = RANGE[qdtype]
+    y = rounded_plus(g, y, int(add_zero_point), (lo, hi))
+    return _clamped(g, y, max(lo, zero_point) if relu else lo, hi, qdtype, scale, zero_point)
+
+
+def integers_clamped(g, q, lo: int, hi: int):
+    """``clamp(q, lo, hi)`` of quantized ``q``, same scale and zero point: one clamp of its
+    twin. When the twin is itself a clamp to a range holding ``lo .. hi`` (a
+    requantization's), the new clamp reads what that one clamped: two clamps become one."""
+    x = integers_as_float(g, q)
+    before = g.session.quantized.clamped.get(id(x))
+    if before is not None and before[1] <= lo and hi <= before[2]:
+        x = before[0]
+    scale, zp = qparams(g, q)
+    return _clamped(g, x, lo, hi, q.dtype, scale, zp)
+
+
+def _clamped(g, x, lo: int, hi: int, qdtype, scale, zero_point):
+    twin = g.op("clamp", x, float(lo), float(hi))
+    g.session.quantized.clamped[id(twin)] = (x, lo, hi)
+    q = g.op("tract_core_cast", twin, to=dtypes.tract_name(qdtype), out_dtype=qdtype)
+    g.session.quantized.as_float[id(q)] = twin
+    return set_qparams(g, q, scale, zero_point)
