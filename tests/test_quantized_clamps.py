@@ -69,3 +69,20 @@ def test_clamp_bounds_come_from_the_running_kernel():
     assert integer_clamp_bounds("leaky_relu", (0.1,), 0.25, 3, torch.quint8) is None
     assert integer_clamp_bounds("clamp", (torch.tensor(0.0), None), 0.25, 3,
                                 torch.quint8) is None
+
+
+def test_clamp_of_integers_without_a_float_twin(tmp_path):
+    """A quantized tensor that no requantization made (a max pool of the input's integers
+    reads them as they are) is clamped as integers, as PyTorch does."""
+
+    class Pooled(torch.nn.Module):
+        def forward(self, x):
+            q = torch.quantize_per_tensor(x, 0.25, 3, torch.quint8)
+            q = F.max_pool2d(torch.cat([q, q], 1), 2)
+            return torch.dequantize(F.relu6(F.relu(q)))
+
+    x = torch.randn(1, 2, 8, 8) * 4
+    r = t2n.export(Pooled().eval(), (x,), tmp_path / "p.nnef.tar", capture="trace")
+    got = run_in_tract(str(tmp_path / "p.nnef.tar"), [x.numpy()])[0]
+    assert np.array_equal(got, Pooled()(x).numpy())
+    assert "t2n_clamp" not in r.op_histogram, r.op_histogram

@@ -88,8 +88,17 @@ def rounded_to(g, y, scale, add_zero_point, qdtype, relu=False, zero_point=None)
 def integers_clamped(g, q, lo: int, hi: int):
     """``clamp(q, lo, hi)`` of quantized ``q``, same scale and zero point: one clamp of its
     twin. When the twin is itself a clamp to a range holding ``lo .. hi`` (a
-    requantization's), the new clamp reads what that one clamped: two clamps become one."""
-    x = integers_as_float(g, q)
+    requantization's), the new clamp reads what that one clamped: two clamps become one.
+    Without a twin, the integers are clamped as they are."""
+    x = g.session.quantized.as_float.get(id(q))
+    if x is None:
+        storage, (low, high) = dtypes.QUANTIZED[q.dtype], RANGE[q.dtype]
+        y = q
+        if lo > low:
+            y = g.op("max", y, g.const(torch.tensor(lo, dtype=storage)), out_dtype=q.dtype)
+        if hi < high:
+            y = g.op("min", y, g.const(torch.tensor(hi, dtype=storage)), out_dtype=q.dtype)
+        return set_qparams(g, y, *qparams(g, q))
     before = g.session.quantized.clamped.get(id(x))
     if before is not None and before[1] <= lo and hi <= before[2]:
         x = before[0]
