@@ -143,3 +143,24 @@ def test_the_probe_names_a_form_for_each_layer_here():
             assert form in rq.FORMS, name
     finally:
         torch.backends.quantized.engine = old
+
+
+@pytest.mark.parametrize("name", [n for n in LAYERS if n != "3d"])  # qnnpack: 2-d convs
+def test_qnnpack_requantization_at_ties_equals_pytorch(tmp_path, name):
+    """qnnpack's steps: the bias quantized by PyTorch's own quantize_per_channel (or
+    _per_tensor) with the double scales ``w_scale * x_scale``, and the multiplier ``(w_scale
+    * x_scale) * (1 / out_scale)``. On these tie-placed layers, dividing by the output scale
+    or rounding ``bias / scale`` in float32 instead (t2n's steps before) differs from PyTorch
+    (3 seeds per layer; 1-7 integers of a layer moved)."""
+    old = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "qnnpack"
+    try:
+        for seed in (7, 8, 9):
+            layer, x, _, _ = _layer_at_ties(name, torch.Generator().manual_seed(seed))
+            model = _OnQuantized(layer).eval()
+            out = tmp_path / f"q{seed}.nnef.tar"
+            t2n.export(model, (x,), out, capture="trace")
+            got, want = run_in_tract(str(out), [x.numpy()])[0], model(x).numpy()
+            assert np.array_equal(got, want), (name, seed, int((got != want).sum()))
+    finally:
+        torch.backends.quantized.engine = old

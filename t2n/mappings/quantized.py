@@ -126,7 +126,8 @@ def _qconv(g, x, wq: torch.Tensor, bias, stride, padding, dilation, groups, out_
     n = wi.dim() - 2
     x_scale, x_zp = qparams(g, x) if is_quantized(x) and out_scale is not None else (1.0, 0)
     w = g.variable(wi.contiguous(), _label(g, kind) + ".weight")
-    per = a_scales if a_scales is not None else torch.tensor([a_scale])
+    per = wq.q_per_channel_scales() if a_scales is not None else \
+        torch.tensor([a_scale], dtype=torch.float64)  # double, as the weight holds them
     spatial = []
     for i in range(n):
         length = x.shape[2 + i]
@@ -160,7 +161,7 @@ def _qconv(g, x, wq: torch.Tensor, bias, stride, padding, dilation, groups, out_
         form = _kernel_form(g, engine, kind, wq, bias, stride, padding, dilation, groups, x,
                             relu)
         return _requantized_sums(g, acc, per, x_scale, bias, shape, out_scale, out_zp, out_dtype,
-                                 relu, form)
+                                 relu, form, a_scales is not None)
     f = g.cast(acc, torch.float32)
     f = g.binary("mul", f, g.const((per.double() * x_scale).float().reshape(shape)),
                  torch.float32)
@@ -192,15 +193,16 @@ def _kernel_form(g, engine, kind, wq, bias, stride, padding, dilation, groups, x
 
 
 def _requantized_sums(g, acc, w_scales, x_scale, bias, shape, out_scale, out_zp, out_dtype,
-                      relu, form):
+                      relu, form, per_channel):
     """The int32 sums requantized as PyTorch's kernel does (``form``, the engine set when
     exporting and the kernel it runs, helpers/requantization.py): each scales the total in
     float32, rounds half to even, adds the zero point (before the rounding, in float32, in
     oneDNN's kernels) and clamps (a fused ReLU clamps at the zero point); they differ in the
     bias and the order of the products:
 
-    - qnnpack quantizes the bias to int32 with the float32 scale ``w_scale * x_scale``, adds
-      it to the sums, then multiplies by ``w_scale * x_scale / out_scale``;
+    - qnnpack quantizes the bias to int32 with the double scale ``w_scale * x_scale`` (its
+      ``quantize_per_channel``, or ``_per_tensor``), adds it to the sums, then multiplies
+      by ``(w_scale * x_scale) * (1 / out_scale)`` in float32;
     - fbgemm (the x86 and fbgemm engines) adds ``bias / (w_scale * x_scale)`` in float32 to
       the sums converted to float32 (per-tensor weights on AVX-512: ``bias * (1 / (w_scale
       * x_scale))`` in one fused multiply-add), then multiplies by the same one multiplier;
@@ -213,7 +215,7 @@ def _requantized_sums(g, acc, w_scales, x_scale, bias, shape, out_scale, out_zp,
     the 20 M outputs of a ResNet-50, which its 50 layers then grew to 4 steps of the
     output; MobileNetV2 on oneDNN: 20 of 6 M, grown to 0.07 of the output); these forms
     were measured bit-exact on every layer of both."""
-    r = requantization(form, w_scales, x_scale, bias, out_scale, out_zp)
+    r = requantization(form, w_scales, x_scale, bias, out_scale, out_zp, per_channel)
     y = emit_steps(g, r, acc, shape)  # with the zero point when it goes inside the rounding
     if not r.zero_point_inside:
         return rounded_to(g, y, out_scale, out_zp, out_dtype, relu)

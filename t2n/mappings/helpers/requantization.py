@@ -9,8 +9,9 @@ units of the last place of a tie gets:
   ``round((float(acc) + bias / (w_scale * x_scale)) * (w_scale * x_scale / out_scale)) + zp``;
   ``fbgemm fma``, its per-tensor kernels on AVX-512: the bias times ``1 / (w_scale *
   x_scale)`` added to ``float(acc)`` in one fused multiply-add;
-- ``qnnpack``: the bias quantized to int32 (``round(bias / (w_scale * x_scale))``) and
-  added to the sums, then ``round(float(acc) * (w_scale * x_scale / out_scale)) + zp``;
+- ``qnnpack``: the bias quantized to int32 by PyTorch's own ``quantize_per_channel`` (or
+  ``_per_tensor``) with the double scales ``w_scale * x_scale``, added to the sums, then
+  ``round(float(acc) * ((w_scale * x_scale) * (1 / out_scale))) + zp``, all in float32;
 - ``onednn ...`` (the x86 engine running oneDNN):
   ``round((float(acc) * x_scale' * w_scale + bias) * out_inverse + zp)``, the zero point
   added in float32 before the rounding, where oneDNN's kernels differ in the order of the
@@ -78,23 +79,44 @@ class Requantization:
 
 
 def requantization(form: str, w_scales, x_scale: float, bias, out_scale: float,
-                   out_zero_point: int) -> Requantization:
+                   out_zero_point: int, per_channel: bool = True) -> Requantization:
     """``form``'s steps (see the module's docstring) for per-channel (or one) weight scales
-    ``w_scales``, the float bias (or None) and the output's scale and zero point."""
-    ws = torch.as_tensor(w_scales).reshape(-1).to(F32)
+    ``w_scales`` (as the weight holds them: double), the float bias (or None) and the
+    output's scale and zero point; ``per_channel``: whether the weight's scheme is (qnnpack
+    quantizes the bias per channel or per tensor accordingly)."""
+    ws64 = torch.as_tensor(w_scales).reshape(-1).to(torch.float64)
+    ws = ws64.to(F32)
     xs = torch.tensor([float(x_scale)], dtype=F32)
     out = torch.tensor([float(out_scale)], dtype=F32)
     combined = ws * xs
     b = None if bias is None else bias.detach().reshape(-1).to(F32)
     zp = int(out_zero_point)
     if form == "qnnpack":
-        bq = None if b is None else torch.round(b / combined).to(torch.int32)
-        return Requantization(bq, (("mul", combined / out),), zp, False)
+        inverse = torch.tensor([1.0], dtype=F32) / out
+        return Requantization(_qnnpack_bias(b, ws64, float(x_scale), per_channel),
+                              (("mul", combined * inverse),), zp, False)
     if form.startswith("fbgemm"):
         add = () if b is None else (("add", b / combined),) if form == "fbgemm" else \
             (("add_exact", b.double() * (1 / combined).double()),)  # fma(b, 1 / scale, acc)
         return Requantization(None, add + (("mul", combined / out),), zp, False)
     return _onednn(form, ws, float(x_scale), b, float(out_scale), zp)
+
+
+def _qnnpack_bias(b, ws64, x_scale: float, per_channel: bool):
+    """qnnpack's int32 bias: PyTorch quantizes the float bias itself, with the double scales
+    ``w_scale * x_scale``, per channel or per tensor as the weight is; so does this, with
+    the running torch's own quantization (its rounding is the build's)."""
+    if b is None:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized tensors' deprecation notice (torch 2.14)
+        if per_channel:
+            scales = ws64.expand(b.numel()) * x_scale
+            q = torch.quantize_per_channel(b, scales, torch.zeros(b.numel(), dtype=torch.long),
+                                           0, torch.qint32)
+        else:
+            q = torch.quantize_per_tensor(b, float(ws64[0]) * x_scale, 0, torch.qint32)
+    return q.int_repr()
 
 
 def _onednn(form, ws, x_scale, b, out_scale, zp) -> Requantization:
@@ -213,7 +235,8 @@ def _probe(engine, kind, w_shape, per_channel, zps, has_bias, stride, padding, d
                        out_scale, out_zp, 1)
         sums = sums.reshape(1, -1)
         kept = [f for f in alive if torch.equal(apply(requantization(
-            f, ws[ch], xs, None if bias is None else bias[ch], out_scale, out_zp),
+            f, ws[ch], xs, None if bias is None else bias[ch], out_scale, out_zp,
+            per_channel),
             sums).clamp(low, hi)[0], want)]
         on_tie = ((exact - exact.floor() - 0.5).abs() < 1e-7)[0]  # distinct cases only
         tight = len(torch.unique(torch.stack([sums[0], ws[ch].double(), torch.zeros_like(
