@@ -45,11 +45,7 @@ def resnet50():
     does, 1x3x224x224."""
     import torch
 
-    common.declare_torchvision_schemas()
-    from torchvision.models import resnet50 as make
-
-    torch.manual_seed(0)
-    return _redrawn(make(weights=None).eval()), (torch.randn(1, 3, 224, 224),)
+    return torchvision_redrawn("resnet50"), (torch.randn(1, 3, 224, 224),)
 
 
 def mobilenet_v2():
@@ -57,11 +53,19 @@ def mobilenet_v2():
     does (its constructor's initialisation gives outputs of 1e-9), 1x3x224x224."""
     import torch
 
+    return torchvision_redrawn("mobilenet_v2"), (torch.randn(1, 3, 224, 224),)
+
+
+def torchvision_redrawn(name: str):
+    """torchvision's ``name`` model (random weights, eval mode), built after seeding the
+    global generator with 0 and re-drawn as :func:`_redrawn` does."""
+    import torch
+
     common.declare_torchvision_schemas()
-    from torchvision.models import mobilenet_v2 as make
+    import torchvision
 
     torch.manual_seed(0)
-    return _redrawn(make(weights=None).eval()), (torch.randn(1, 3, 224, 224),)
+    return _redrawn(getattr(torchvision.models, name)(weights=None).eval())
 
 
 def _redrawn(model):
@@ -130,11 +134,22 @@ def _int8(name: str, model):
     torch.backends.quantized.engine = "x86"
     if name == "bert":
         return tq.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
+    return fx_int8(model, "x86")
+
+
+def fx_int8(model, engine: str):
+    """``model`` quantized in FX mode for quantized ``engine`` (selected on return), with
+    its default per-channel qconfig and 8 random calibration batches of 2x3x224x224."""
+    import copy
+
+    import torch
+    import torch.ao.quantization as tq
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
+    torch.backends.quantized.engine = engine
     torch.manual_seed(1)
     batch = (2, 3, 224, 224)
-    p = prepare_fx(copy.deepcopy(model), tq.get_default_qconfig_mapping("x86"),
+    p = prepare_fx(copy.deepcopy(model), tq.get_default_qconfig_mapping(engine),
                    (torch.randn(*batch),))
     with torch.no_grad():
         for _ in range(8):

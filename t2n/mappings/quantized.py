@@ -14,8 +14,9 @@ scales into that product. Dynamic linear layers quantize their input at run time
 PyTorch's min/max rule (7 bits on x86/fbgemm) and scale the int32 sums in float as PyTorch
 does. Element-wise quantized ops (add, cat, batch norm, activations) dequantize, compute in
 float and requantize to their output parameters, except those the running torch's kernel
-runs as a clamp of the integers (hardtanh, relu6, clamp, relu: one clamp,
-helpers/quantized_clamps.py); averaging pools round the average of the
+runs as a map of the integers (hardtanh, relu6, clamp, relu: one clamp; sigmoid,
+hardsigmoid, tanh, gelu, hardswish, leaky_relu: a lookup of the 256 integers;
+helpers/quantized_maps.py); averaging pools round the average of the
 integers (or, where the running torch's kernel does, the average minus the zero point) half
 to even, as PyTorch does. Rounding half to even is two float32 additions where an 8-bit
 clamp follows (helpers/round_by_adds.py), and a requantized tensor keeps its clamped float
@@ -38,10 +39,11 @@ from t2n.mappings.helpers.grouped_int8 import (float_sums_exact, grouped_sums_in
                                                pointwise_in_float, pointwise_sums_in_float)
 from t2n.mappings.helpers.int8_inputs import signed_input, worth_it, zero_point_sums
 from t2n.mappings.helpers.recurrence import FLOAT_PRODUCTS, layers
-from t2n.mappings.helpers.quantized_clamps import integer_clamp_bounds
+from t2n.mappings.helpers.quantized_maps import integer_map
 from t2n.mappings.helpers.quantized_tensors import (RANGE, dequantize_tensor, integers_as_float,
-                                                   integers_clamped, is_quantized, qparams,
-                                                   quantize, rounded_to, set_qparams)
+                                                   integers_clamped, integers_mapped,
+                                                   is_quantized, qparams, quantize, rounded_to,
+                                                   set_qparams)
 from t2n.mappings.helpers.requantization import (emit_steps, requantization,
                                                   requantization_form)
 from t2n.mappings.helpers.round_by_adds import rounded_plus
@@ -476,16 +478,22 @@ def _channels_last(g, x) -> bool:
 
 
 @quantized_variant("hardtanh", "hardtanh_", "relu6", "clamp", "leaky_relu", "hardswish",
-                   "upsample_nearest2d")
-def same_qparams_in_float(g, self, *args):
-    """Element-wise ops whose quantized kernel keeps the input's scale and zero point:
-    one clamp of the integers where the running torch's kernel is one
-    (helpers/quantized_clamps.py), else computed on the dequantized values and requantized."""
+                   "upsample_nearest2d", "sigmoid", "sigmoid_", "hardsigmoid", "hardsigmoid_",
+                   "tanh", "tanh_", "gelu")
+def element_wise_on_integers(g, self, *args):
+    """Element-wise ops on a quantized tensor: the map of the integers the running torch's
+    kernel computes, asked of it (helpers/quantized_maps.py: a clamp, or a lookup of the
+    256 integers); else (an op PyTorch runs on the dequantized values with the input's
+    scale and zero point kept, or arguments that are tensors) computed on the dequantized
+    values and requantized."""
     scale, zp = qparams(g, self)
     name = g.node.op.removeprefix("aten::")
-    bounds = integer_clamp_bounds(name, args, scale, zp, self.dtype)
-    if bounds is not None:
-        return integers_clamped(g, self, *bounds)
+    m = integer_map(name, args, scale, zp, self.dtype)
+    if m is not None:
+        return integers_mapped(g, self, m)
+    if name.rstrip("_") in ("sigmoid", "hardsigmoid", "tanh", "gelu"):
+        raise g.error(f"{name} of a quantized tensor: this PyTorch's kernel did not run on "
+                      "the probe (no quantized kernel for these arguments)")
     f = _float_call(g, name, dequantize_tensor(g, self), *args)
     return quantize(g, f, scale, zp, self.dtype)
 
@@ -503,30 +511,38 @@ def _float_call(g, name: str, *args):
         g.node = saved
 
 
-def _activation(g, qx, output_scale, output_zero_point, name, *args):
+def _activation(g, qx, output_scale, output_zero_point, name, *args, probe=()):
+    """``name`` with given output parameters: the running kernel's map of the integers
+    (``probe``: the quantized op's arguments after the input), else in float."""
+    if probe:
+        scale, zp = qparams(g, qx)
+        m = integer_map(probe[0], probe[1:], scale, zp, qx.dtype)
+        if m is not None:
+            return integers_mapped(g, qx, m)
     f = _float_call(g, name, dequantize_tensor(g, qx), *args)
     return quantize(g, f, float(output_scale), int(output_zero_point), qx.dtype)
 
 
 @aten("quantized::hardswish")
 def quantized_hardswish(g, qx, output_scale, output_zero_point):
-    return _activation(g, qx, output_scale, output_zero_point, "hardswish")
+    return _activation(g, qx, output_scale, output_zero_point, "hardswish", probe=(
+        "quantized::hardswish", float(output_scale), int(output_zero_point)))
 
 
 @aten("quantized::sigmoid")
 def quantized_sigmoid(g, qx, output_scale, output_zero_point):
-    return _activation(g, qx, output_scale, output_zero_point, "sigmoid")
+    return _activation(g, qx, output_scale, output_zero_point, "sigmoid", probe=(
+        "quantized::sigmoid", float(output_scale), int(output_zero_point)))
 
 
 @aten("quantized::leaky_relu")
 def quantized_leaky_relu(g, qx, negative_slope, inplace, output_scale, output_zero_point):
-    return _activation(g, qx, output_scale, output_zero_point, "leaky_relu", negative_slope)
+    return _activation(g, qx, output_scale, output_zero_point, "leaky_relu", negative_slope,
+                       probe=("quantized::leaky_relu", float(negative_slope), False,
+                              float(output_scale), int(output_zero_point)))
 
 
 @aten("quantized::relu6")
 def quantized_relu6(g, qx, inplace=False):
     scale, zp = qparams(g, qx)
-    bounds = integer_clamp_bounds("relu6", (), scale, zp, qx.dtype)
-    if bounds is not None:
-        return integers_clamped(g, qx, *bounds)
-    return _activation(g, qx, scale, zp, "hardtanh", 0.0, 6.0)
+    return _activation(g, qx, scale, zp, "hardtanh", 0.0, 6.0, probe=("quantized::relu6",))

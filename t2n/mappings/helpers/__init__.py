@@ -23,9 +23,9 @@ the builder, the registry's types and other helpers (no cycles). A helper takes 
 - :mod:`.quantized_tensors`: a torch.ao quantized tensor in the graph (its integers, scale
   and zero point, the exact float32 twin a requantization leaves), quantize, dequantize,
   requantize and clamp the integers;
-- :mod:`.quantized_clamps`, :mod:`.quantize_rounding`: what the running torch's quantized
-  kernels do, asked of them (which element-wise ops clamp the integers; where quantization
-  adds the zero point; how averages round);
+- :mod:`.quantized_maps`, :mod:`.quantize_rounding`: what the running torch's quantized
+  kernels do, asked of them (the map of the integers an element-wise op computes; where
+  quantization adds the zero point; how averages round);
 - :mod:`.requantization`: the float steps from int32 sums to integers that the running
   torch's quantized convolution and linear kernels take (fbgemm, qnnpack, oneDNN), asked
   of it once per layer structure;

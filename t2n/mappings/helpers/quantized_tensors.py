@@ -112,3 +112,22 @@ def _clamped(g, x, lo: int, hi: int, qdtype, scale, zero_point):
     q = g.op("tract_core_cast", twin, to=dtypes.tract_name(qdtype), out_dtype=qdtype)
     g.session.quantized.as_float[id(q)] = twin
     return set_qparams(g, q, scale, zero_point)
+
+
+def integers_mapped(g, q, m):
+    """Quantized ``q`` through ``m`` (an :class:`~t2n.mappings.helpers.quantized_maps.
+    IntegerMap`): one clamp when it is one, else a lookup of its table, indexed by the
+    integers (from the twin when ``q`` has one) and holding them as exact float32, which is
+    the result's twin."""
+    if m.clamp is not None:
+        return integers_clamped(g, q, *m.clamp)
+    source = g.session.quantized.as_float.get(id(q))
+    index = g.op("tract_core_cast", source if source is not None else q, to="i32",
+                 out_dtype=torch.int32)
+    if m.lowest:
+        index = g.binary("sub", index, g.scalar(m.lowest, torch.int32), torch.int32)
+    table = g.const(torch.tensor(m.table, dtype=torch.float32))
+    twin = g.gather(table, index, 0)
+    out = g.op("tract_core_cast", twin, to=dtypes.tract_name(m.dtype), out_dtype=m.dtype)
+    g.session.quantized.as_float[id(out)] = twin
+    return set_qparams(g, out, m.scale, m.zero_point)

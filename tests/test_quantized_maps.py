@@ -1,6 +1,8 @@
-"""Quantized hardtanh, relu6, clamp and relu as one clamp of the integers
-(t2n/mappings/helpers/quantized_clamps.py): PyTorch's integers exactly, bounds on rounding
-ties included, and no float round trip left in the archive."""
+"""Element-wise quantized ops as the running kernel's map of the integers
+(t2n/mappings/helpers/quantized_maps.py): hardtanh, relu6, clamp and relu as one clamp of
+the integers (bounds on rounding ties included, no float round trip left in the archive);
+sigmoid, hardsigmoid, tanh, gelu, leaky_relu and quantized hardswish/sigmoid/leaky_relu as a
+lookup of the 256 integers. PyTorch's integers exactly."""
 
 import warnings
 
@@ -11,7 +13,7 @@ import torch.nn.functional as F
 
 import t2n
 from t2n.check.tract_runner import run_in_tract
-from t2n.mappings.helpers.quantized_clamps import integer_clamp_bounds
+from t2n.mappings.helpers.quantized_maps import integer_map
 
 warnings.filterwarnings("ignore", message=".*quantiz.*")
 
@@ -58,17 +60,56 @@ def test_quantized_clamps_equal_pytorch_on_every_integer(tmp_path, op, dtype, ze
 
 
 def test_clamp_bounds_come_from_the_running_kernel():
-    """The bounds are what PyTorch's own kernel returns, ties included; ops that are not
-    clamps of the integers, and arguments that are tensors, are not answered."""
+    """The bounds are what PyTorch's own kernel returns, ties included; an op that is not a
+    clamp of the integers has none, and arguments that are tensors are not answered."""
     for zero_point in (3, 4):
         ints = torch.arange(0, 256, dtype=torch.uint8)
         q = torch._make_per_tensor_quantized_tensor(ints, 0.25, zero_point)
         want = F.hardtanh(q, -0.375, 6.125).int_repr()
-        a, b = integer_clamp_bounds("hardtanh", (-0.375, 6.125), 0.25, zero_point, torch.quint8)
+        a, b = integer_map("hardtanh", (-0.375, 6.125), 0.25, zero_point, torch.quint8).clamp
         assert torch.equal(ints.clamp(a, b), want), zero_point
-    assert integer_clamp_bounds("leaky_relu", (0.1,), 0.25, 3, torch.quint8) is None
-    assert integer_clamp_bounds("clamp", (torch.tensor(0.0), None), 0.25, 3,
-                                torch.quint8) is None
+    assert integer_map("leaky_relu", (0.5,), 0.25, 3, torch.quint8).clamp is None
+    assert integer_map("clamp", (torch.tensor(0.0), None), 0.25, 3, torch.quint8) is None
+
+
+_TABLES = {
+    "sigmoid": lambda q: torch.sigmoid(q),
+    "hardsigmoid": lambda q: F.hardsigmoid(q),
+    "tanh": lambda q: torch.tanh(q),
+    "gelu": lambda q: F.gelu(q),
+    "gelu tanh": lambda q: F.gelu(q, approximate="tanh"),
+    "leaky_relu": lambda q: F.leaky_relu(q, 0.2),
+    "quantized hardswish": lambda q: torch.ops.quantized.hardswish(q, 0.031, 9),
+    "quantized sigmoid": lambda q: torch.ops.quantized.sigmoid(q, 1 / 256, 0),
+    "quantized leaky_relu": lambda q: torch.ops.quantized.leaky_relu(q, 0.1, False, 0.07, 60),
+    "sigmoid then tanh": lambda q: torch.tanh(torch.sigmoid(q)),
+}
+
+
+class _Mapped(torch.nn.Module):
+    def __init__(self, op, dtype, zero_point):
+        super().__init__()
+        self.op, self.dtype, self.zero_point = op, dtype, zero_point
+
+    def forward(self, x):
+        q = torch.quantize_per_tensor(x, 0.0625, self.zero_point, self.dtype)
+        return torch.dequantize(_TABLES[self.op](q))
+
+
+@pytest.mark.parametrize("op", list(_TABLES))
+@pytest.mark.parametrize("dtype,zero_point", [(torch.quint8, 131), (torch.qint8, -7)])
+def test_quantized_element_wise_ops_equal_pytorch_on_every_integer(tmp_path, op, dtype,
+                                                                    zero_point):
+    """Every input integer (and values far out) gives PyTorch's output integer: tract's
+    own sigmoid/tanh/erf differ from PyTorch's at rounding ties, so these are lookups."""
+    x = torch.cat([(torch.arange(-300, 300) + 0.5) * 0.0625, torch.arange(-300, 300) * 0.0625,
+                   torch.tensor([1e6, -1e6])]).reshape(1, -1)
+    model = _Mapped(op, dtype, zero_point).eval()
+    out = tmp_path / "m.nnef.tar"
+    r = t2n.export(model, (x,), out, capture="trace")
+    got = run_in_tract(str(out), [x.numpy()])[0]
+    assert np.array_equal(got, model(x).numpy()), (op, dtype, zero_point)
+    assert r.op_histogram.get("tract_core_gather", 0) >= 1, (op, r.op_histogram)
 
 
 def test_clamp_of_integers_without_a_float_twin(tmp_path):
