@@ -127,3 +127,44 @@ def test_clamp_of_integers_without_a_float_twin(tmp_path):
     got = run_in_tract(str(tmp_path / "p.nnef.tar"), [x.numpy()])[0]
     assert np.array_equal(got, Pooled()(x).numpy())
     assert "t2n_clamp" not in r.op_histogram, r.op_histogram
+
+
+def test_qnnpack_clamp_of_a_channels_last_tensor_is_refused_naming_pytorchs_bug(tmp_path):
+    """On qnnpack, PyTorch's hardtanh of a channels-last quantized tensor (a quantized
+    convolution's output, then a ReLU6 that FX did not fuse) returns the channels-last
+    buffer in a plainly laid out tensor: its elements land elsewhere. t2n refuses it,
+    naming the op, rather than export a result PyTorch does not compute (or reproduce the
+    scrambling); the same model on the x86 engine exports and equals PyTorch."""
+    import copy
+
+    import torch.ao.quantization as tq
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    from t2n.errors import UnsupportedOperatorsError
+
+    old = torch.backends.quantized.engine
+    try:
+        for engine in ("qnnpack", "x86"):
+            torch.backends.quantized.engine = engine
+            torch.manual_seed(0)
+            m = torch.nn.Sequential(torch.nn.Conv2d(4, 16, 3, padding=1), torch.nn.ReLU6())
+            ex = (torch.randn(1, 4, 12, 12),)
+            p = prepare_fx(copy.deepcopy(m.eval()), tq.get_default_qconfig_mapping(engine), ex)
+            p(*ex)
+            q = convert_fx(p)
+            # the bug itself: PyTorch's result is not the op element by element
+            c = getattr(q, "0")(torch.quantize_per_tensor(ex[0], float(getattr(
+                q, "0_input_scale_0")), int(getattr(q, "0_input_zero_point_0")), torch.quint8))
+            scrambled = not torch.equal(F.hardtanh(c, 0.0, 6.0).int_repr(),
+                                        F.hardtanh(c.contiguous(), 0.0, 6.0).int_repr())
+            out = tmp_path / f"{engine}.nnef.tar"
+            if engine == "qnnpack":
+                assert scrambled
+                with pytest.raises(UnsupportedOperatorsError, match="hardtanh of a channels-last"):
+                    t2n.export(q, ex, out, capture="trace")
+            else:
+                t2n.export(q, ex, out, capture="trace")
+                assert np.array_equal(run_in_tract(str(out), [ex[0].numpy()])[0],
+                                      q(*ex).numpy())
+    finally:
+        torch.backends.quantized.engine = old

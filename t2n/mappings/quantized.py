@@ -39,7 +39,7 @@ from t2n.mappings.helpers.grouped_int8 import (float_sums_exact, grouped_sums_in
                                                pointwise_in_float, pointwise_sums_in_float)
 from t2n.mappings.helpers.int8_inputs import signed_input, worth_it, zero_point_sums
 from t2n.mappings.helpers.recurrence import FLOAT_PRODUCTS, layers
-from t2n.mappings.helpers.quantized_maps import integer_map
+from t2n.mappings.helpers.quantized_maps import ScrambledLayout, integer_map
 from t2n.mappings.helpers.quantized_tensors import (RANGE, dequantize_tensor, integers_as_float,
                                                    integers_clamped, integers_mapped,
                                                    is_quantized, qparams, quantize, rounded_to,
@@ -488,7 +488,7 @@ def element_wise_on_integers(g, self, *args):
     values and requantized."""
     scale, zp = qparams(g, self)
     name = g.node.op.removeprefix("aten::")
-    m = integer_map(name, args, scale, zp, self.dtype)
+    m = _integer_map(g, self, name, args)
     if m is not None:
         return integers_mapped(g, self, m)
     if name.rstrip("_") in ("sigmoid", "hardsigmoid", "tanh", "gelu"):
@@ -496,6 +496,23 @@ def element_wise_on_integers(g, self, *args):
                       "the probe (no quantized kernel for these arguments)")
     f = _float_call(g, name, dequantize_tensor(g, self), *args)
     return quantize(g, f, scale, zp, self.dtype)
+
+
+def _integer_map(g, q, name, args):
+    """helpers/quantized_maps.py's map of ``name`` on ``q``, or an error where the running
+    kernel scrambles a channels-last input (PyTorch's result is then not an element-wise
+    function of its input)."""
+    scale, zp = qparams(g, q)
+    try:
+        return integer_map(name, args, scale, zp, q.dtype, _channels_last(g, q))
+    except ScrambledLayout:
+        raise g.error(
+            f"{name} of a channels-last quantized tensor: this PyTorch's "
+            f"{torch.backends.quantized.engine} kernel returns the elements of such a tensor "
+            "out of place (a PyTorch bug: its result is not the op applied element by "
+            "element), so there is nothing correct to reproduce. Run the model with "
+            "another quantized engine (x86), or make the input contiguous before the op"
+        ) from None
 
 
 def _float_call(g, name: str, *args):
@@ -516,7 +533,7 @@ def _activation(g, qx, output_scale, output_zero_point, name, *args, probe=()):
     (``probe``: the quantized op's arguments after the input), else in float."""
     if probe:
         scale, zp = qparams(g, qx)
-        m = integer_map(probe[0], probe[1:], scale, zp, qx.dtype)
+        m = _integer_map(g, qx, probe[0], probe[1:])
         if m is not None:
             return integers_mapped(g, qx, m)
     f = _float_call(g, name, dequantize_tensor(g, qx), *args)

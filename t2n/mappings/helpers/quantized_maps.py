@@ -51,19 +51,47 @@ class IntegerMap:
     clamp: tuple | None
 
 
-def integer_map(name: str, args: tuple, scale: float, zero_point: int,
-                qdtype) -> IntegerMap | None:
+class ScrambledLayout(Exception):
+    """The running kernel does not return, for a channels-last input, the integers it
+    returns for the same integers laid out plainly (measured: qnnpack's hardtanh/ReLU6 on
+    a channels-last tensor writes the channels-last buffer into a plainly laid out result,
+    so every element lands elsewhere)."""
+
+
+def integer_map(name: str, args: tuple, scale: float, zero_point: int, qdtype,
+                channels_last: bool = False) -> IntegerMap | None:
     """The map of quantized ``name`` (an aten name or ``quantized::...``) with ``args``
     (numbers, strings or None; the arguments after the input) on ``qdtype`` integers of
     that scale and zero point, under the selected quantized engine; None when t2n does not
-    know the op, an argument is a tensor, or the output is not an 8-bit quantized tensor."""
+    know the op, an argument is a tensor, or the output is not an 8-bit quantized tensor.
+    ``channels_last``: the input is a channels-last 4-d tensor in the model; raises
+    :class:`ScrambledLayout` when the kernel's output for such a tensor is not the map's."""
     name = name.removeprefix("aten::").rstrip("_") if not name.startswith("quantized::") \
         else name
     if name not in _OPS or qdtype not in _STORAGE \
             or any(a is not None and not isinstance(a, (bool, int, float, str)) for a in args):
         return None
-    return _map(name, tuple(args), float(scale), int(zero_point), qdtype,
-                torch.backends.quantized.engine)
+    m = _map(name, tuple(args), float(scale), int(zero_point), qdtype,
+             torch.backends.quantized.engine)
+    if m is not None and channels_last and not _keeps_layout(name, tuple(args), float(scale),
+                                                             int(zero_point), qdtype, m,
+                                                             torch.backends.quantized.engine):
+        raise ScrambledLayout(name)
+    return m
+
+
+@functools.lru_cache(maxsize=None)
+def _keeps_layout(name, args, scale, zero_point, qdtype, m, engine) -> bool:
+    """Whether the op maps a channels-last 1x16x4x4 tensor of every integer element by
+    element as ``m`` says."""
+    storage, lo, hi = _STORAGE[qdtype]
+    ints = torch.arange(lo, hi + 1, dtype=torch.int64).reshape(1, 16, 4, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = torch._make_per_tensor_quantized_tensor(ints.to(storage), scale, zero_point)
+        out = _OPS[name](q.contiguous(memory_format=torch.channels_last), *args)
+        got = out.int_repr().to(torch.int64)
+    return torch.equal(got, torch.tensor(m.table, dtype=torch.int64)[ints - lo])
 
 
 @functools.lru_cache(maxsize=None)
