@@ -417,18 +417,35 @@ def quantized_cat(g, qx, dim, scale, zero_point):
 @aten("quantized::batch_norm2d", "quantized::batch_norm2d_relu", "quantized::batch_norm1d",
       "quantized::batch_norm3d", "quantized::batch_norm")
 def quantized_batch_norm(g, qx, weight, bias, mean, var, eps, output_scale, output_zero_point):
-    x = dequantize_tensor(g, qx)
-    shape = [1, -1] + [1] * (x.rank - 2)
-    inv = torch.rsqrt(var.value.double() + eps) if hasattr(var, "value") else None
-    if inv is None or any(not hasattr(t, "value") or t.value is None
-                          for t in (weight, bias, mean)):
+    """PyTorch's quantized batch norm kernel: per channel ``alpha`` and ``beta`` computed
+    in its float and double steps (``compute_fused_params``), then ``fma(alpha, q - zp,
+    beta)`` rounded half to even plus the output zero point (its vector body; the fma in
+    f64, where the product is exact, rounded once to float32)."""
+    if any(not hasattr(t, "value") or t.value is None for t in (weight, bias, mean, var)):
         raise g.error("batch norm statistics computed at run time are not supported")
-    a = (weight.value.double() * inv).float().reshape(shape)
-    b = (bias.value.double() - mean.value.double() * weight.value.double() * inv).float()
-    f = g.binary("add", g.binary("mul", x, g.const(a), torch.float32),
-                 g.const(b.reshape(shape)), torch.float32)
-    return _requantized(g, f, output_scale, output_zero_point, qx.dtype,
-                        relu=g.node.op.endswith("_relu"))
+    alpha, beta = _batch_norm_params(weight.value, bias.value, mean.value, var.value,
+                                     float(eps), qparams(g, qx)[0], float(output_scale))
+    shape = [1, -1] + [1] * (qx.rank - 2)
+    f64 = torch.float64
+    d = g.binary("sub", integers_as_float(g, qx), float(qparams(g, qx)[1]), torch.float32)
+    y = g.binary("add", g.binary("mul", g.cast(d, f64), g.const(alpha.reshape(shape)), f64),
+                 g.const(beta.reshape(shape)), f64)
+    return rounded_to(g, g.cast(y, torch.float32), float(output_scale),
+                      int(output_zero_point), qx.dtype, relu=g.node.op.endswith("_relu"))
+
+
+def _batch_norm_params(weight, bias, mean, var, eps, x_scale, out_scale):
+    """(alpha, beta) per channel as f64 tensors holding PyTorch's float32 values:
+    ``inv_sigma = float(1.0 / sqrtf(var + float(eps)))``, ``alpha = float(inv_sigma *
+    weight * (x_scale / out_scale))`` (the last ratio in double) and ``beta = float((bias -
+    mean * inv_sigma * weight) / out_scale)`` (float32 steps, the division in double)."""
+    f32 = torch.float32
+    w, b = weight.detach().to(f32), bias.detach().to(f32)
+    m, v = mean.detach().to(f32), var.detach().to(f32)
+    inv_sigma = (1.0 / torch.sqrt(v + torch.tensor(eps, dtype=f32)).double()).to(f32)
+    alpha = ((inv_sigma * w).double() * (x_scale / out_scale)).to(f32)
+    beta = ((b - m * inv_sigma * w).double() / out_scale).to(f32)
+    return alpha.double(), beta.double()
 
 
 @quantized_variant("relu", "relu_")
