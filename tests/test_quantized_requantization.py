@@ -206,3 +206,49 @@ def test_quantized_batch_norm_equals_pytorch(tmp_path, engine_name, relu):
             assert not torch.equal(plain.float(), torch.from_numpy(want))
     finally:
         torch.backends.quantized.engine = old
+
+
+# (scale, zero point) of the two inputs and the output: parameters where the two ways of
+# dequantizing give another integer for one of the 65,536 pairs
+ADD = ((0.07965049147605896, 212), (0.10142746567726135, 68), (0.10351036489009857, 113))
+
+
+class _QuantizedAdd(torch.nn.Module):
+    def __init__(self, relu):
+        super().__init__()
+        self.add = nnq.QFunctional()
+        self.add.scale, self.add.zero_point = ADD[2]
+        self.relu = relu
+
+    def forward(self, a, b):
+        qa = torch.quantize_per_tensor(a, *ADD[0], torch.quint8)
+        qb = torch.quantize_per_tensor(b, *ADD[1], torch.quint8)
+        y = self.add.add_relu(qa, qb) if self.relu else self.add.add(qa, qb)
+        return torch.dequantize(y)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_quantized_add_dequantizes_as_pytorchs_vectors(tmp_path, relu):
+    """quantized::add(_relu) on every pair of input integers: PyTorch's x86 kernel
+    dequantizes each input with fma(q, scale, scale * -zero_point), which t2n computes
+    exactly in float32 (helpers/quantized_tensors.py); ``(q - zero_point) * scale``
+    (t2n's form before) gives other integers on this data."""
+    old = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "x86"
+    try:
+        ia = torch.arange(256).repeat_interleave(256).reshape(1, 1, 256, 256)
+        ib = torch.arange(256).repeat(256).reshape(1, 1, 256, 256)
+        (sa, za), (sb, zb), (so, zo) = ADD
+        a, b = (ia - za).float() * sa, (ib - zb).float() * sb
+        model = _QuantizedAdd(relu).eval()
+        out = tmp_path / "add.nnef.tar"
+        t2n.export(model, (a, b), out, capture="trace")
+        got, want = run_in_tract(str(out), [a.numpy(), b.numpy()])[0], model(a, b).numpy()
+        assert np.array_equal(got, want), (relu, int((got != want).sum()))
+        f32 = torch.float32
+        plain = (ia - za).to(f32) * sa + (ib - zb).to(f32) * sb
+        plain = torch.round(plain * torch.tensor(1 / so, dtype=f32)) + zo
+        plain = (plain.clamp(zo if relu else 0, 255) - zo) * torch.tensor(so, dtype=f32)
+        assert not torch.equal(plain.to(f32), torch.from_numpy(want))
+    finally:
+        torch.backends.quantized.engine = old

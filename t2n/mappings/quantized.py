@@ -40,7 +40,8 @@ from t2n.mappings.helpers.grouped_int8 import (float_sums_exact, grouped_sums_in
 from t2n.mappings.helpers.int8_inputs import signed_input, worth_it, zero_point_sums
 from t2n.mappings.helpers.recurrence import FLOAT_PRODUCTS, layers
 from t2n.mappings.helpers.quantized_maps import ScrambledLayout, integer_map
-from t2n.mappings.helpers.quantized_tensors import (RANGE, dequantize_tensor, integers_as_float,
+from t2n.mappings.helpers.quantized_tensors import (RANGE, dequantize_tensor,
+                                                   dequantized_as_vectors, integers_as_float,
                                                    integers_clamped, integers_mapped,
                                                    is_quantized, qparams, quantize, rounded_to,
                                                    set_qparams)
@@ -393,8 +394,11 @@ def _requantized(g, f, scale, zero_point, qdtype, relu=False):
 
 @aten("quantized::add", "quantized::add_relu", "quantized::mul", "quantized::mul_relu")
 def quantized_binary(g, qa, qb, scale, zero_point):
+    """``add``: PyTorch's kernel dequantizes both inputs as its vectors do (a fused
+    multiply-add with the premultiplied zero point), adds them in float32 and quantizes."""
     kind = "mul" if "mul" in g.node.op else "add"
-    f = g.binary(kind, dequantize_tensor(g, qa), dequantize_tensor(g, qb), torch.float32)
+    dq = dequantized_as_vectors if kind == "add" else dequantize_tensor
+    f = g.binary(kind, dq(g, qa), dq(g, qb), torch.float32)
     return _requantized(g, f, scale, zero_point, qa.dtype, relu=g.node.op.endswith("_relu"))
 
 

@@ -131,3 +131,34 @@ def integers_mapped(g, q, m):
     out = g.op("tract_core_cast", twin, to=dtypes.tract_name(m.dtype), out_dtype=m.dtype)
     g.session.quantized.as_float[id(out)] = twin
     return set_qparams(g, out, m.scale, m.zero_point)
+
+
+def dequantized_as_vectors(g, q):
+    """``q`` dequantized as PyTorch's vectorized kernels do (``Vectorized::dequantize``):
+    ``fma(q, scale, p)`` with ``p = float(scale * -zero_point)``, rounded once, which
+    differs from ``(q - zero_point) * scale`` in the last bit now and then.
+
+    Computed exactly in float32, without an fma: with ``d = q - zero_point`` (exact),
+    ``q * scale + p = d * scale + e`` where ``e = p + zero_point * scale`` is ``p``'s
+    rounding error, a float32 of at most 8 bits. The scale splits into ``hi`` (its 15 high
+    bits) and ``lo`` (the 9 low ones): ``d * hi`` (|d| <= 255) is exact, and so is ``d * lo
+    + e`` (18 bits at most), so their one float32 sum is the fused multiply-add's rounding.
+    (Computing in f64 instead made ResNet-50's int8 run 1.47x slower: tract's f64
+    element-wise ops do not fuse.)"""
+    scale, zp = qparams(g, q)
+    f32 = torch.float32
+    x = integers_as_float(g, q)
+    if not zp:
+        return g.binary("mul", x, float(torch.tensor(scale, dtype=f32)), f32)
+    s = torch.tensor(scale, dtype=f32)
+    p = s * torch.tensor(-float(zp), dtype=f32)
+    e = p.double() + zp * s.double()  # exact in f64
+    mantissa, exponent = torch.frexp(s)
+    hi = torch.ldexp(torch.trunc(torch.ldexp(mantissa, torch.tensor(15))), exponent - 15)
+    lo = s - hi
+    if float(e.float()) != float(e):
+        raise g.error("internal: the dequantization's rounding error is not a float32")
+    d = g.binary("sub", x, float(zp), f32)
+    high = g.binary("mul", d, float(hi), f32)
+    low = g.binary("add", g.binary("mul", d, float(lo), f32), float(e), f32)
+    return g.binary("add", high, low, f32)
