@@ -397,7 +397,8 @@ def quantized_binary(g, qa, qb, scale, zero_point):
     """``add``: PyTorch's kernel dequantizes both inputs as its vectors do (a fused
     multiply-add with the premultiplied zero point), adds them in float32 and quantizes."""
     kind = "mul" if "mul" in g.node.op else "add"
-    dq = dequantized_as_vectors if kind == "add" else dequantize_tensor
+    vectors = kind == "add" and torch.backends.quantized.engine != "qnnpack"
+    dq = dequantized_as_vectors if vectors else dequantize_tensor
     f = g.binary(kind, dq(g, qa), dq(g, qb), torch.float32)
     return _requantized(g, f, scale, zero_point, qa.dtype, relu=g.node.op.endswith("_relu"))
 
