@@ -554,7 +554,6 @@ def _activation(g, qx, output_scale, output_zero_point, name, *args, probe=()):
     """``name`` with given output parameters: the running kernel's map of the integers
     (``probe``: the quantized op's arguments after the input), else in float."""
     if probe:
-        scale, zp = qparams(g, qx)
         m = _integer_map(g, qx, probe[0], probe[1:])
         if m is not None:
             return integers_mapped(g, qx, m)
