@@ -168,3 +168,22 @@ def test_qnnpack_clamp_of_a_channels_last_tensor_is_refused_naming_pytorchs_bug(
                                       q(*ex).numpy())
     finally:
         torch.backends.quantized.engine = old
+
+
+def test_an_op_without_a_quantized_lowering_is_refused_at_the_op(tmp_path):
+    """An aten op given a torch.ao quantized tensor, with no quantized lowering and not one
+    that only moves the integers (a pad: PyTorch pads with the zero point's integer), is
+    refused naming that op; its float mapping would compute on the integers as values."""
+    from t2n.errors import UnsupportedOperatorsError
+
+    class Padded(torch.nn.Module):
+        def forward(self, x):
+            q = torch.quantize_per_tensor(x, 0.1, 100, torch.quint8)
+            return torch.dequantize(F.pad(q, (1, 1)))
+
+    x = torch.randn(1, 2, 4, 4)
+    # the export without check wrote an archive padding with -10.0 (the integer 0) where
+    # PyTorch pads with 0.0 (the zero point)
+    with pytest.raises(UnsupportedOperatorsError,
+                       match="aten::pad[^\\n]*\\n.*torch.ao quantized tensors"):
+        t2n.export(Padded().eval(), (x,), tmp_path / "p.nnef.tar", capture="trace")

@@ -74,6 +74,29 @@ def lookup_quantized(name: str) -> Callable | None:
     return _QUANTIZED.get(name) or (_QUANTIZED.get(name[:-1]) if is_inplace(name) else None)
 
 
+# aten ops whose float mapping is right for a quantized tensor too: they move, select or
+# compare its integers without computing on them, and keep its scale and zero point (the
+# quantized ops of t2n/mappings/quantized.py follow them back). Any other aten op given a
+# quantized tensor and no quantized variant is refused: its float mapping would compute on
+# the integers as if they were values (a pad would pad with 0, not the zero point).
+_QUANTIZED_PASS_THROUGH = frozenset({
+    "dequantize", "size", "dim", "numel", "view", "reshape", "_reshape_alias", "flatten",
+    "unflatten", "view_as", "reshape_as", "contiguous", "clone", "detach", "alias",
+    "transpose", "t", "permute", "squeeze", "unsqueeze", "select", "slice", "narrow",
+    "expand", "expand_as", "repeat", "cat", "stack", "chunk", "split", "split_with_sizes",
+    "unbind", "index_select", "flip", "channel_shuffle", "native_channel_shuffle",
+    "pixel_shuffle", "pixel_unshuffle", "dropout", "feature_dropout", "max_pool1d",
+    "max_pool2d", "max_pool3d", "max_pool2d_with_indices"})
+
+
+def takes_quantized(name: str) -> bool:
+    """Whether aten ``name`` has a mapping for quantized tensors: a quantized variant, a
+    ``quantized::`` op of its own, or a float mapping that only moves the integers."""
+    base = name[:-1] if is_inplace(name) else name
+    return name.startswith("quantized::") or lookup_quantized(name) is not None \
+        or base in _QUANTIZED_PASS_THROUGH
+
+
 # Mappings of aten ops on complex tensors (t2n/mappings/complex*.py): a node that takes or
 # returns a complex tensor is converted by its entry here, never by the real mapping (which
 # would read the trailing (re, im) axis as data); with no entry it is refused.
