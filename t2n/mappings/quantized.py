@@ -170,7 +170,7 @@ def _qconv(g, x, wq: torch.Tensor, bias, stride, padding, dilation, groups, out_
                  torch.float32)
     if bias is not None:
         f = g.binary("add", f, g.const(bias.detach().float().reshape(shape)), torch.float32)
-    return _requantized(g, f, out_scale, out_zp, out_dtype, relu=relu)
+    return quantize(g, f, out_scale, out_zp, out_dtype, relu=relu)
 
 
 # engines whose conv and linear kernels requantize the int32 sums with one float32 multiplier
@@ -388,10 +388,6 @@ def _float_bias(b, w):
 
 
 # ---------------------------------------------------------------------------- float paths
-def _requantized(g, f, scale, zero_point, qdtype, relu=False):
-    return quantize(g, f, float(scale), int(zero_point), qdtype, relu)
-
-
 @aten("quantized::add", "quantized::add_relu", "quantized::mul", "quantized::mul_relu")
 def quantized_binary(g, qa, qb, scale, zero_point):
     """``add``: PyTorch's kernel dequantizes both inputs as its vectors do (a fused
@@ -400,7 +396,7 @@ def quantized_binary(g, qa, qb, scale, zero_point):
     vectors = kind == "add" and torch.backends.quantized.engine != "qnnpack"
     dq = dequantized_as_vectors if vectors else dequantize_tensor
     f = g.binary(kind, dq(g, qa), dq(g, qb), torch.float32)
-    return _requantized(g, f, scale, zero_point, qa.dtype, relu=g.node.op.endswith("_relu"))
+    return quantize(g, f, scale, zero_point, qa.dtype, relu=g.node.op.endswith("_relu"))
 
 
 @aten("quantized::add_scalar", "quantized::add_scalar_relu", "quantized::mul_scalar",
@@ -415,7 +411,7 @@ def quantized_binary_scalar(g, qa, b):
 def quantized_cat(g, qx, dim, scale, zero_point):
     fs = [dequantize_tensor(g, q) for q in qx]
     dim = dim % fs[0].rank
-    return _requantized(g, g.concat(fs, dim), scale, zero_point, qx[0].dtype,
+    return quantize(g, g.concat(fs, dim), scale, zero_point, qx[0].dtype,
                         relu=g.node.op.endswith("_relu"))
 
 

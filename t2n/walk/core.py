@@ -264,10 +264,11 @@ class WalkerCore:
         """The mapping for the op: its quantized or complex lowering where the inputs ask."""
         fn = registry.lookup(call.name)
         if any(isinstance(x, Tensor) and x.dtype in dtypes.QUANTIZED for x in _flat(call.values)):
-            if not registry.takes_quantized(call.name):
+            variant = registry.lookup_quantized(call.name)
+            if variant is None and not registry.moves_quantized(call.name):
                 raise _Unsupported("no lowering of this op for torch.ao quantized tensors "
                                    "(dequantize before it)")
-            fn = registry.lookup_quantized(call.name) or fn
+            fn = variant or fn
         if registry.touches_complex(call.values, [o.dtype for o in call.outs if o is not None]):
             fn = registry.lookup_complex(call.name)
             if fn is None:

@@ -89,12 +89,11 @@ _QUANTIZED_PASS_THROUGH = frozenset({
     "max_pool2d", "max_pool3d", "max_pool2d_with_indices"})
 
 
-def takes_quantized(name: str) -> bool:
-    """Whether aten ``name`` has a mapping for quantized tensors: a quantized variant, a
-    ``quantized::`` op of its own, or a float mapping that only moves the integers."""
-    base = name[:-1] if is_inplace(name) else name
-    return name.startswith("quantized::") or lookup_quantized(name) is not None \
-        or base in _QUANTIZED_PASS_THROUGH
+def moves_quantized(name: str) -> bool:
+    """Whether op ``name``, given a quantized tensor and no quantized variant, is right as
+    it is: a ``quantized::`` op of its own, or an aten op that only moves the integers."""
+    return name.startswith("quantized::") or \
+        (name[:-1] if is_inplace(name) else name) in _QUANTIZED_PASS_THROUGH
 
 
 # Mappings of aten ops on complex tensors (t2n/mappings/complex*.py): a node that takes or

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
+from t2n import dtypes
+from t2n.mappings.helpers.quantized_tensors import RANGE
+
 F = torch.nn.functional
 _OPS = {"hardtanh": lambda q, *a: F.hardtanh(q, *a),
         "relu6": lambda q, *a: F.relu6(q),
@@ -34,7 +37,7 @@ _OPS = {"hardtanh": lambda q, *a: F.hardtanh(q, *a),
         "quantized::sigmoid": lambda q, *a: torch.ops.quantized.sigmoid(q, *a),
         "quantized::leaky_relu": lambda q, *a: torch.ops.quantized.leaky_relu(q, *a),
         "quantized::relu6": lambda q, *a: torch.ops.quantized.relu6(q)}
-_STORAGE = {torch.quint8: (torch.uint8, 0, 255), torch.qint8: (torch.int8, -128, 127)}
+_EIGHT_BIT = (torch.quint8, torch.qint8)
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ def integer_map(name: str, args: tuple, scale: float, zero_point: int, qdtype,
     :class:`ScrambledLayout` when the kernel's output for such a tensor is not the map's."""
     name = name.removeprefix("aten::").rstrip("_") if not name.startswith("quantized::") \
         else name
-    if name not in _OPS or qdtype not in _STORAGE \
+    if name not in _OPS or qdtype not in _EIGHT_BIT \
             or any(a is not None and not isinstance(a, (bool, int, float, str)) for a in args):
         return None
     m = _map(name, tuple(args), float(scale), int(zero_point), qdtype,
@@ -84,7 +87,7 @@ def integer_map(name: str, args: tuple, scale: float, zero_point: int, qdtype,
 def _keeps_layout(name, args, scale, zero_point, qdtype, m, engine) -> bool:
     """Whether the op maps a channels-last 1x16x4x4 tensor of every integer element by
     element as ``m`` says."""
-    storage, lo, hi = _STORAGE[qdtype]
+    storage, (lo, hi) = dtypes.QUANTIZED[qdtype], RANGE[qdtype]
     ints = torch.arange(lo, hi + 1, dtype=torch.int64).reshape(1, 16, 4, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -99,7 +102,7 @@ def _keeps_layout(name, args, scale, zero_point, qdtype, m, engine) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _map(name, args, scale, zero_point, qdtype, engine):
-    storage, lo, hi = _STORAGE[qdtype]
+    storage, (lo, hi) = dtypes.QUANTIZED[qdtype], RANGE[qdtype]
     ints = torch.arange(lo, hi + 1, dtype=torch.int64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # quantized tensors' deprecation notice (torch 2.14)
@@ -108,7 +111,7 @@ def _map(name, args, scale, zero_point, qdtype, engine):
             out = _OPS[name](q, *args)
         except (RuntimeError, TypeError, ValueError):
             return None  # no quantized kernel for these arguments
-        if not out.is_quantized or out.dtype not in _STORAGE \
+        if not out.is_quantized or out.dtype not in _EIGHT_BIT \
                 or out.qscheme() != torch.per_tensor_affine:
             return None
         got = out.int_repr().to(torch.int64)
